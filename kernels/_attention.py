@@ -1,0 +1,95 @@
+"""Kernel 4 of the writeup: scaled dot-product attention that loads *all* of K and V at once.
+
+One program handles BLOCK_Q query rows and holds the whole of K (BLOCK_K = n_k rounded up to a power
+of two) on chip, so its shared-memory need grows linearly with n_k until the compiler refuses to
+launch it ("out of resource: shared memory"): the wall the writeup names. This is kept on purpose;
+``flash_attention`` is the rung that removes it.
+
+One deviation from the writeup: loads are also masked along the head dimension, so a head dimension
+that is not a power of two gives correct results instead of reading the next row.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _checks, backend
+
+backend.select()  # before any @triton.jit: Triton reads TRITON_INTERPRET when a kernel is defined
+
+MIN_DOT = 16  # tl.dot needs every block dimension >= 16 on the GPU
+
+
+@triton.jit
+def _attention_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr,
+    row_stride, col_stride, n_rows, n_cols, head_dim, scale,
+    BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
+):
+    row_pid = tl.program_id(0)
+    row_offsets = row_pid * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    col_offsets = tl.arange(0, BLOCK_K)
+    d_offsets = tl.arange(0, BLOCK_V)
+    row_mask = row_offsets < n_rows
+    col_mask = col_offsets < n_cols
+    d_mask = d_offsets < head_dim
+
+    q_offsets = row_offsets[:, None] * row_stride + d_offsets[None, :] * col_stride
+    q = tl.load(q_ptr + q_offsets, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
+    # All of K, transposed: (BLOCK_V, BLOCK_K). This is the load that stops fitting on chip.
+    k_offsets = d_offsets[:, None] * col_stride + col_offsets[None, :] * row_stride
+    k = tl.load(k_ptr + k_offsets, mask=d_mask[:, None] & col_mask[None, :], other=0.0)
+
+    qk = tl.dot(q, k) * scale
+    qk = tl.where(col_mask[None, :], qk, float("-inf"))
+    m = tl.max(qk, axis=1)
+    p = tl.exp(qk - m[:, None])
+    weights = p / tl.sum(p, axis=1)[:, None]
+
+    v_offsets = col_offsets[:, None] * row_stride + d_offsets[None, :] * col_stride
+    v = tl.load(v_ptr + v_offsets, mask=col_mask[:, None] & d_mask[None, :], other=0.0)
+    out = tl.dot(weights.to(v.dtype), v)
+    out_offsets = row_offsets[:, None] * row_stride + d_offsets[None, :] * col_stride
+    tl.store(out_ptr + out_offsets, out, mask=row_mask[:, None] & d_mask[None, :])
+
+
+def launch_config(n_k: int, head_dim: int, block_q: int = 16) -> dict:
+    """The block sizes `attention` launches with for n_k keys of width head_dim."""
+    return dict(BLOCK_Q=block_q, BLOCK_K=max(MIN_DOT, triton.next_power_of_2(n_k)),
+                BLOCK_V=max(MIN_DOT, triton.next_power_of_2(head_dim)))
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d)) v for q (n_q, d), k and v (n_k, d), with all of K/V loaded at once.
+
+    Raises triton's OutOfResources when K/V no longer fit in shared memory (the writeup's wall).
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _checks.tensor(t, name, ndim=2)
+    _checks.same("k", k, "v", v)
+    _checks.same("q", q, "k", k, shape=False)
+    if q.shape[1] != k.shape[1]:
+        raise ValueError(f"q and k must share the head dimension: {tuple(q.shape)} vs {tuple(k.shape)}")
+    n_q, d = q.shape
+    n_k = k.shape[0]
+    if n_k == 0:
+        raise ValueError("attention needs at least one key")
+    # The writeup's kernel uses one (row_stride, col_stride) pair for all four tensors.
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    out = torch.empty_like(q)
+    if n_q:
+        cfg = launch_config(n_k, d)
+        grid = (triton.cdiv(n_q, cfg["BLOCK_Q"]),)
+        _attention_kernel[grid](q, k, v, out, q.stride(0), q.stride(1), n_q, n_k, d,
+                                1.0 / math.sqrt(d), **cfg)
+    return out
+
+
+def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """fp32 (or fp64 for fp64 input) reference: softmax(q k^T / sqrt(d)) v."""
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    s = (q.to(acc) @ k.to(acc).T) / math.sqrt(q.shape[-1])
+    return torch.softmax(s, dim=-1) @ v.to(acc)

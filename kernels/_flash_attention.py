@@ -1,0 +1,378 @@
+"""The rung the writeup did not climb: tiled attention with an online softmax (FlashAttention).
+
+K and V stream through on-chip memory one BLOCK_N tile at a time. Each program keeps, for its BLOCK_M
+query rows, a running max ``m``, a running sum ``l`` and an fp32 output accumulator; when a tile
+reveals a larger max, the accumulator and sum are rescaled by ``exp(m_old - m_new)``. Shared memory
+therefore depends on the tile sizes, never on the sequence length, so there is no wall.
+
+Conventions:
+- Layout (batch, heads, seq, head_dim); any strides (e.g. a (B, S, H, D).transpose(1, 2) view).
+- seq_q may differ from seq_k; any length >= 1; head_dim 16..256, powers of two or not.
+- causal=True aligns the mask to the bottom-right corner (as FlashAttention >= 2.1 and KV caches do):
+  query i sees key j iff j <= i + seq_k - seq_q. With seq_q > seq_k the first seq_q - seq_k rows see no
+  key at all; their output (and gradient) is zero.
+- Softmax in base 2: scores are pre-multiplied by sm_scale * log2(e) and exp2 is used; the stored
+  log-sum-exp (for the backward) is in that base too.
+- fp16/bf16 inputs use tensor cores with fp32 accumulation; fp32 inputs use TF32 on the GPU
+  (Triton's default) and full fp32 in the interpreter.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _checks, backend
+
+backend.select()  # before any @triton.jit: Triton reads TRITON_INTERPRET when a kernel is defined
+
+LOG2E = 1.4426950408889634
+HEAD_DIMS = (16, 256)
+
+
+def _configs(kind: str) -> list[triton.Config]:
+    if backend.current() == "interpreter":  # one small tile: the interpreter's cost is per program
+        return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
+    if kind == "fwd":
+        shapes = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2)]
+    else:
+        shapes = [(64, 64, 4, 2), (64, 128, 8, 2), (128, 64, 8, 2), (32, 64, 4, 2), (64, 32, 4, 2), (32, 32, 4, 1)]
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in shapes]
+
+
+def _fits(configs, named_args, **kwargs):
+    """Drop tiles whose pipelined loads would not fit in Hopper's 227 KiB of shared memory."""
+    d, elt = kwargs["BLOCK_D"], 2
+    fit = [c for c in configs
+           if (c.kwargs["BLOCK_M"] + c.num_stages * 2 * c.kwargs["BLOCK_N"]) * d * elt <= 200 * 1024]
+    return fit or configs[-1:]
+
+
+def _autotune(kind: str):
+    return triton.autotune(configs=_configs(kind), key=["seq_q", "seq_k", "BLOCK_D", "CAUSAL"],
+                           prune_configs_by={"early_config_prune": _fits})
+
+
+@triton.jit
+def _fwd_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, lo, hi, offs_m, offs_n, d_mask,
+               seq_k, causal_offset, qk_scale,
+               MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, BLOCK_N: tl.constexpr):
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        if MASK or not EVEN_D:
+            k = tl.load(k_ptrs + start_n * stride_kn, mask=d_mask[:, None] & (cols[None, :] < seq_k), other=0.0)
+            v = tl.load(v_ptrs + start_n * stride_vn, mask=(cols[:, None] < seq_k) & d_mask[None, :], other=0.0)
+        else:
+            k = tl.load(k_ptrs + start_n * stride_kn)
+            v = tl.load(v_ptrs + start_n * stride_vn)
+        qk = tl.dot(q, k) * qk_scale
+        if MASK:
+            keep = cols[None, :] < seq_k
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
+            qk = tl.where(keep, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        if MASK:  # a row may have seen no key yet: keep exp2 away from (-inf) - (-inf)
+            m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_new_safe = m_new
+        p = tl.math.exp2(qk - m_new_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_new_safe)  # rescales what earlier tiles accumulated
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _flash_fwd_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    n_heads, seq_q, seq_k, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b = (bh // n_heads).to(tl.int64)
+    h = (bh % n_heads).to(tl.int64)
+    EVEN_D: tl.constexpr = HEAD_DIM == BLOCK_D
+
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_DIM
+    row_mask = offs_m < seq_q
+
+    q_ptrs = q_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
+    k_ptrs = k_ptr + b * stride_kb + h * stride_kh + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
+    v_ptrs = v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    q = tl.load(q_ptrs, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    # Key tiles [0, full_hi) need no mask at all; [full_hi, hi) straddle the causal diagonal or seq_k.
+    causal_offset = seq_k - seq_q
+    if CAUSAL:
+        hi = tl.maximum(tl.minimum(seq_k, start_m + BLOCK_M + causal_offset), 0)
+        full_hi = tl.maximum(tl.minimum(seq_k, start_m + causal_offset + 1), 0)
+    else:
+        hi = seq_k
+        full_hi = seq_k
+    full_hi = (full_hi // BLOCK_N) * BLOCK_N
+    acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, 0, full_hi,
+                               offs_m, offs_n, d_mask, seq_k, causal_offset, qk_scale,
+                               False, CAUSAL, EVEN_D, BLOCK_N)
+    acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, full_hi, hi,
+                               offs_m, offs_n, d_mask, seq_k, causal_offset, qk_scale,
+                               True, CAUSAL, EVEN_D, BLOCK_N)
+
+    empty = l_i == 0.0  # rows that see no key (causal, seq_q > seq_k): output 0, lse +inf -> p = 0 in backward
+    acc = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
+    tl.store(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, lse, mask=row_mask)
+    o_ptrs = o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
+    tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
+
+
+@triton.jit
+def _bwd_delta_kernel(o_ptr, do_ptr, delta_ptr,
+                      stride_ob, stride_oh, stride_om, stride_od,
+                      stride_dob, stride_doh, stride_dom, stride_dod,
+                      n_heads, seq_q,
+                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr):
+    # delta_i = sum_d O_id dO_id = sum_j P_ij dP_ij: the softmax backward's row term.
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b = (bh // n_heads).to(tl.int64)
+    h = (bh % n_heads).to(tl.int64)
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (offs_m[:, None] < seq_q) & (offs_d[None, :] < HEAD_DIM)
+    o = tl.load(o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+                mask=mask, other=0.0)
+    do = tl.load(do_ptr + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                 mask=mask, other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    tl.store(delta_ptr + bh.to(tl.int64) * seq_q + offs_m, delta, mask=offs_m < seq_q)
+
+
+@triton.jit
+def _flash_bwd_dkdv_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    n_heads, seq_q, seq_k, sm_scale, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    # One program owns BLOCK_N keys and walks every query tile that can see them (no atomics).
+    start_n = tl.program_id(0) * BLOCK_N
+    bh = tl.program_id(1)
+    b = (bh // n_heads).to(tl.int64)
+    h = (bh % n_heads).to(tl.int64)
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_DIM
+    kv_mask = (offs_n[:, None] < seq_k) & d_mask[None, :]
+
+    k = tl.load(k_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                mask=kv_mask, other=0.0)
+    v = tl.load(v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                mask=kv_mask, other=0.0)
+    q_ptrs = q_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
+    do_ptrs = do_ptr + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod
+    row_base = bh.to(tl.int64) * seq_q
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+
+    causal_offset = seq_k - seq_q
+    lo = 0
+    if CAUSAL:  # query i sees key j iff i >= j - causal_offset
+        lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
+    for start_m in tl.range(lo, seq_q, BLOCK_M):
+        rows = start_m + offs_m
+        row_mask = rows < seq_q
+        q = tl.load(q_ptrs + start_m * stride_qm, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
+        do = tl.load(do_ptrs + start_m * stride_dom, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
+        lse = tl.load(lse_ptr + row_base + rows, mask=row_mask, other=float("inf"))
+        delta = tl.load(delta_ptr + row_base + rows, mask=row_mask, other=0.0)
+        p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
+        if CAUSAL:
+            p_t = tl.where(offs_n[:, None] <= rows[None, :] + causal_offset, p_t, 0.0)
+        dv = tl.dot(p_t.to(do.dtype), do, dv)
+        dp_t = tl.dot(v, tl.trans(do))
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk = tl.dot(ds_t.to(q.dtype), q, dk)
+    dk = dk * sm_scale
+
+    tl.store(dk_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+             dk.to(dk_ptr.dtype.element_ty), mask=kv_mask)
+    tl.store(dv_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+             dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def _flash_bwd_dq_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    n_heads, seq_q, seq_k, sm_scale, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    # One program owns BLOCK_M queries and walks the key tiles they can see.
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b = (bh // n_heads).to(tl.int64)
+    h = (bh % n_heads).to(tl.int64)
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_DIM
+    row_mask = offs_m < seq_q
+    q_mask = row_mask[:, None] & d_mask[None, :]
+
+    q = tl.load(q_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=q_mask, other=0.0)
+    do = tl.load(do_ptr + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                 mask=q_mask, other=0.0)
+    lse = tl.load(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, mask=row_mask, other=float("inf"))
+    delta = tl.load(delta_ptr + bh.to(tl.int64) * seq_q + offs_m, mask=row_mask, other=0.0)
+    k_ptrs = k_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    v_ptrs = v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    causal_offset = seq_k - seq_q
+    hi = seq_k
+    if CAUSAL:
+        hi = tl.maximum(tl.minimum(seq_k, start_m + BLOCK_M + causal_offset), 0)
+    for start_n in tl.range(0, hi, BLOCK_N):
+        cols = start_n + offs_n
+        kv_mask = (cols[:, None] < seq_k) & d_mask[None, :]
+        k = tl.load(k_ptrs + start_n * stride_kn, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptrs + start_n * stride_vn, mask=kv_mask, other=0.0)
+        p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])
+        keep = cols[None, :] < seq_k
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
+        p = tl.where(keep, p, 0.0)
+        ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq)
+    dq = dq * sm_scale
+    tl.store(dq_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+             dq.to(dq_ptr.dtype.element_ty), mask=q_mask)
+
+
+_fwd = _autotune("fwd")(_flash_fwd_kernel)
+_bwd_dkdv = _autotune("bwd")(_flash_bwd_dkdv_kernel)
+_bwd_dq = _autotune("bwd")(_flash_bwd_dq_kernel)
+
+
+def _block_d(head_dim: int) -> int:
+    return max(16, triton.next_power_of_2(head_dim))
+
+
+def _forward(q, k, v, causal: bool, sm_scale: float):
+    batch, heads, seq_q, head_dim = q.shape
+    seq_k = k.shape[2]
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous whatever q's strides
+    lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
+    grid = lambda meta: (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * heads)
+    _fwd[grid](q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+               heads, seq_q, seq_k, sm_scale * LOG2E,
+               HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), CAUSAL=causal)
+    return o, lse
+
+
+def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float):
+    batch, heads, seq_q, head_dim = q.shape
+    seq_k = k.shape[2]
+    block_d = _block_d(head_dim)
+    delta = torch.empty_like(lse)
+    _bwd_delta_kernel[(triton.cdiv(seq_q, 64), batch * heads)](
+        o, do, delta, *o.stride(), *do.stride(), heads, seq_q,
+        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=64)
+    common = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal)
+    # dk/dv take the strides of k/v and dq those of q, so the outputs must share them.
+    dk, dv, dq = (torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device) for t in (k, v, q))
+    _bwd_dkdv[lambda meta: (triton.cdiv(seq_k, meta["BLOCK_N"]), batch * heads)](
+        q, k, v, do, lse, delta, dk, dv, *q.stride(), *k.stride(), *v.stride(), *do.stride(),
+        heads, seq_q, seq_k, sm_scale, sm_scale * LOG2E, **common)
+    _bwd_dq[lambda meta: (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * heads)](
+        q, k, v, do, lse, delta, dq, *q.stride(), *k.stride(), *v.stride(), *do.stride(),
+        heads, seq_q, seq_k, sm_scale, sm_scale * LOG2E, **common)
+    return dq, dk, dv
+
+
+class _FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale):
+        o, lse = _forward(q, k, v, causal, sm_scale)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.sm_scale = causal, sm_scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
+        return dq, dk, dv, None, None
+
+
+def _check(q, k, v, sm_scale):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _checks.tensor(t, name, ndim=4)
+    _checks.same("k", k, "v", v)
+    _checks.same("q", q, "k", k, shape=False)
+    (b, h, sq, d), (bk, hk, sk, dk) = q.shape, k.shape
+    if (b, h, d) != (bk, hk, dk):
+        raise ValueError(f"q {tuple(q.shape)} and k/v {tuple(k.shape)} must agree on batch, heads and head_dim")
+    if not HEAD_DIMS[0] <= d <= HEAD_DIMS[1]:
+        raise ValueError(f"head_dim must be in [{HEAD_DIMS[0]}, {HEAD_DIMS[1]}], got {d}")
+    if sq < 1 or sk < 1:
+        raise ValueError(f"sequence lengths must be >= 1, got seq_q={sq}, seq_k={sk}")
+    if sm_scale is not None and not (isinstance(sm_scale, (int, float)) and math.isfinite(sm_scale) and sm_scale > 0):
+        raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale!r}")
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    causal: bool = False, sm_scale: float | None = None) -> torch.Tensor:
+    """softmax(sm_scale * q k^T [+ causal mask]) v for (batch, heads, seq, head_dim) tensors.
+
+    Differentiable: the backward runs in Triton from the stored log-sum-exp.
+    sm_scale defaults to 1/sqrt(head_dim). See the module docstring for the causal convention.
+    """
+    _check(q, k, v, sm_scale)
+    sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    return _FlashAttention.apply(q, k, v, bool(causal), sm_scale)
+
+
+def causal_mask(seq_q: int, seq_k: int, device=None) -> torch.Tensor:
+    """Bottom-right aligned causal mask: True where query i may see key j."""
+    i = torch.arange(seq_q, device=device)[:, None]
+    j = torch.arange(seq_k, device=device)[None, :]
+    return j <= i + (seq_k - seq_q)
+
+
+def flash_attention_ref(q, k, v, causal: bool = False, sm_scale: float | None = None,
+                        dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Plain attention in ``dtype`` (fp32 by default) with the same conventions as flash_attention."""
+    sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    s = (q.to(dtype) @ k.to(dtype).transpose(-1, -2)) * sm_scale
+    if causal:
+        s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # rows that see no key: all -inf -> 0
+    return p @ v.to(dtype)

@@ -1,0 +1,44 @@
+"""Kernel 2 of the writeup: ReLU then dropout fused into one pass (one load, one store)."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _checks, backend
+
+backend.select()  # before any @triton.jit: Triton reads TRITON_INTERPRET when a kernel is defined
+
+
+@triton.jit
+def _relu_dropout_kernel(x_ptr, out_ptr, n_elements, p, seed, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask)
+    x = tl.maximum(x, 0.0)
+    # Philox keyed on (seed, element index): the same seed gives the same mask on any grid.
+    keep = tl.rand(seed, offsets) > p
+    out = tl.where(keep, x / (1 - p), 0.0)
+    tl.store(out_ptr + offsets, out, mask=mask)
+
+
+def relu_dropout(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -> torch.Tensor:
+    """dropout(relu(x)): each element is zeroed with probability p, survivors scaled by 1/(1-p)."""
+    _checks.tensor(x, "x")
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"p must be a number in [0, 1), got {p!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+        raise ValueError(f"seed must be an int in [0, 2**31), got {seed!r}")
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    n = out.numel()
+    if n:
+        _relu_dropout_kernel[(triton.cdiv(n, block_size),)](x, out, n, float(p), seed, BLOCK_SIZE=block_size)
+    return out
+
+
+def relu_dropout_ref(x: torch.Tensor, p: float, keep: torch.Tensor) -> torch.Tensor:
+    """The reference for a given keep-mask (dropout has no single correct output otherwise)."""
+    scaled = (torch.relu(x.float()) / (1 - p)).to(x.dtype)
+    return torch.where(keep, scaled, torch.zeros_like(scaled))

@@ -1,0 +1,64 @@
+"""Where the kernels run: compiled on a CUDA GPU, or in Triton's interpreter on the CPU.
+
+Triton decides between compiling and interpreting when a ``@triton.jit`` function is *defined*
+(it reads ``TRITON_INTERPRET`` then), so the choice has to be made before any kernel module is
+imported. ``kernels/__init__.py`` calls :func:`select` first; set ``KERNELS_BACKEND`` (auto, gpu,
+interpreter) before importing ``kernels`` to override the automatic choice.
+"""
+from __future__ import annotations
+
+import os
+
+CHOICES = ("auto", "gpu", "interpreter")
+ENV_VAR = "KERNELS_BACKEND"
+
+_selected: str | None = None
+
+
+def resolve(requested: str | None = None) -> str:
+    """Turn a requested backend (or the environment's) into 'gpu' or 'interpreter'."""
+    requested = requested or os.environ.get(ENV_VAR) or "auto"
+    if requested not in CHOICES:
+        raise ValueError(f"backend must be one of {CHOICES}, got {requested!r}")
+    if requested == "interpreter":
+        return requested
+    interpreting = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    if requested == "auto":
+        if interpreting:
+            return "interpreter"
+        import torch
+
+        return "gpu" if torch.cuda.is_available() else "interpreter"
+    import torch  # requested == "gpu"
+
+    if interpreting:
+        raise RuntimeError("backend 'gpu' requested but TRITON_INTERPRET is set in the environment")
+    if not torch.cuda.is_available():
+        raise RuntimeError("backend 'gpu' requested but torch sees no CUDA device")
+    return "gpu"
+
+
+def select(requested: str | None = None) -> str:
+    """Fix the backend for this process; must run before any @triton.jit module is imported."""
+    global _selected
+    backend = resolve(requested)
+    if _selected is not None and backend != _selected:
+        raise RuntimeError(
+            f"kernels were already set up for the {_selected!r} backend; "
+            f"choose the backend before the first 'import kernels'"
+        )
+    if backend == "interpreter":
+        os.environ["TRITON_INTERPRET"] = "1"
+    os.environ[ENV_VAR] = backend
+    _selected = backend
+    return backend
+
+
+def current() -> str:
+    """The backend chosen for this process ('gpu' or 'interpreter')."""
+    return _selected or select()
+
+
+def device() -> str:
+    """The torch device kernels expect their tensors on."""
+    return "cuda" if current() == "gpu" else "cpu"

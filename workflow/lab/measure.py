@@ -1,0 +1,84 @@
+"""Shared measurement helpers: dtypes by name, timing with quantiles, error metrics."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+          "int32": torch.int32, "float64": torch.float64}
+QUANTILES = (0.2, 0.5, 0.8)
+BF16_IN_INTERPRETER = "bf16 arithmetic is broken in Triton's interpreter"
+
+
+def dtype(name: str) -> torch.dtype:
+    return DTYPES[name]
+
+
+def is_gpu() -> bool:
+    import kernels
+
+    return kernels.backend.current() == "gpu"
+
+
+def device() -> str:
+    import kernels
+
+    return kernels.backend.device()
+
+
+def runnable(dtype_name: str) -> bool:
+    """bf16 runs only on the GPU (the interpreter computes bf16 wrongly)."""
+    return dtype_name != "bfloat16" or is_gpu()
+
+
+def generator(seed: int) -> torch.Generator:
+    g = torch.Generator(device=device())
+    g.manual_seed(seed)
+    return g
+
+
+def randn(shape, dtype_name: str, seed: int, scale: float = 1.0) -> torch.Tensor:
+    x = torch.randn(shape, generator=generator(seed), device=device(), dtype=torch.float32) * scale
+    return x.to(dtype(dtype_name))
+
+
+def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    if a.numel() == 0:
+        return 0.0
+    return (a.double() - b.double()).abs().max().item()
+
+
+def ulps(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """|out - ref| in units in the last place of ref (for normal numbers of ref's dtype)."""
+    info = torch.finfo(ref.dtype)
+    r = ref.double().abs().clamp_min(info.tiny)
+    ulp = torch.exp2(torch.floor(torch.log2(r))) * info.eps
+    return (out.double() - ref.double()).abs() / ulp
+
+
+def bench(fn, warmup_ms: int, rep_ms: int) -> dict[float, float]:
+    """Kernel time in ms at each of QUANTILES (triton.testing.do_bench: CUDA events, L2 flushed)."""
+    import triton.testing
+
+    times = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=list(QUANTILES))
+    return dict(zip(QUANTILES, times))
+
+
+def timing_rows(times: dict[float, float], work: float, work_unit: str, **params) -> list[dict]:
+    """time_ms rows and the matching throughput rows (work / time) for every quantile.
+
+    work_unit is 'GB' (bytes moved / 1e9 -> GB/s) or 'TFLOP' (flops / 1e12 -> TFLOP/s)."""
+    from .table import row
+
+    metric = {"GB": "bandwidth", "TFLOP": "throughput"}[work_unit]
+    rows = []
+    for q, ms in times.items():
+        rows.append(row("time_ms", ms, "ms", quantile=q, **params))
+        rows.append(row(metric, work / (ms * 1e-3), f"{work_unit}/s", quantile=q, **params))
+    return rows
+
+
+def within_fa_rule(err: float, err_torch: float, eps: float) -> bool:
+    """FlashAttention's test rule: no worse than twice torch's own error at the same precision."""
+    return math.isfinite(err) and err <= 2 * err_torch + eps

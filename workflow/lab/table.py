@@ -1,0 +1,67 @@
+"""The one table format every experiment writes: tidy rows plus provenance, written atomically.
+
+A row is one measurement: ``metric``, ``value``, ``unit``, the parameters that produced it, and a
+``status`` ('ok', or what the result *is* when it is not a number: 'out_of_resources', 'needs_gpu',
+'unsupported'). Provenance columns are added to every row so a table can always be traced to the
+device, software and config that made it.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+COLUMNS = ["kernel", "experiment", "variant", "provider", "metric", "value", "unit", "status", "error"]
+PROVENANCE = ["device", "backend", "torch", "triton", "git_commit", "timestamp", "config_hash"]
+STATUSES = ("ok", "out_of_resources", "needs_gpu", "unsupported", "compiled_only")
+
+
+def row(metric: str, value, unit: str = "", *, status: str = "ok", error: str = "", **params) -> dict:
+    """One measurement. ``params`` are the shape/dtype/settings columns (size, n_cols, dtype, ...)."""
+    if status not in STATUSES:
+        raise ValueError(f"unknown status {status!r}")
+    value = float(value) if value is not None else float("nan")
+    return {"metric": metric, "value": value, "unit": unit, "status": status, "error": error, **params}
+
+
+def needs_gpu(what: str, **params) -> dict:
+    """The honest row for a measurement that cannot be made in Triton's interpreter."""
+    return row("not_measured", None, status="needs_gpu",
+               error=f"{what} needs a CUDA GPU; this run used Triton's interpreter", **params)
+
+
+def to_frame(rows: list[dict], kernel: str, experiment: str, provenance: dict) -> pd.DataFrame:
+    if not rows:
+        raise ValueError(f"{kernel}/{experiment} produced no rows")
+    df = pd.DataFrame(rows)
+    df.insert(0, "kernel", kernel)
+    df.insert(1, "experiment", experiment)
+    for col in ("variant", "provider"):
+        if col not in df:
+            df[col] = ""
+        df[col] = df[col].fillna("").astype(str)
+    for key in PROVENANCE:
+        df[key] = provenance[key]
+    ordered = COLUMNS + [c for c in df.columns if c not in COLUMNS + PROVENANCE] + PROVENANCE
+    return df[ordered]
+
+
+def write_parquet(df: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Write next to the target, then rename: a reader never sees a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        df.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def read(paths) -> pd.DataFrame:
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
