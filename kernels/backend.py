@@ -2,27 +2,37 @@
 
 Triton decides between compiling and interpreting when a ``@triton.jit`` function is *defined*
 (it reads ``TRITON_INTERPRET`` then), so the choice has to be made before any kernel module is
-imported. ``kernels/__init__.py`` calls :func:`select` first; set ``KERNELS_BACKEND`` (auto, gpu,
-interpreter) before importing ``kernels`` to override the automatic choice.
+imported. Each kernel module calls :func:`select` before defining its kernels; set ``KERNELS_BACKEND``
+before the first kernel import to override the automatic choice:
+
+- ``auto``: ``gpu`` when torch sees a CUDA device, else ``interpreter``;
+- ``gpu``: compiled and launched on the GPU;
+- ``interpreter``: Triton's interpreter runs kernels on CPU tensors (TRITON_INTERPRET=1);
+- ``aot``: ahead-of-time only: kernels stay real JIT functions that ``triton.compile`` can build for a
+  GPU target (e.g. sm_90) on a machine without one; they cannot be launched.
 """
 from __future__ import annotations
 
 import os
 
-CHOICES = ("auto", "gpu", "interpreter")
+CHOICES = ("auto", "gpu", "interpreter", "aot")
 ENV_VAR = "KERNELS_BACKEND"
 
 _selected: str | None = None
 
 
 def resolve(requested: str | None = None) -> str:
-    """Turn a requested backend (or the environment's) into 'gpu' or 'interpreter'."""
+    """Turn a requested backend (or the environment's) into 'gpu', 'interpreter' or 'aot'."""
     requested = requested or os.environ.get(ENV_VAR) or "auto"
     if requested not in CHOICES:
         raise ValueError(f"backend must be one of {CHOICES}, got {requested!r}")
     if requested == "interpreter":
         return requested
     interpreting = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    if requested == "aot":
+        if interpreting:
+            raise RuntimeError("backend 'aot' requested but TRITON_INTERPRET is set in the environment")
+        return requested
     if requested == "auto":
         if interpreting:
             return "interpreter"
@@ -55,7 +65,7 @@ def select(requested: str | None = None) -> str:
 
 
 def current() -> str:
-    """The backend chosen for this process ('gpu' or 'interpreter')."""
+    """The backend chosen for this process ('gpu', 'interpreter' or 'aot')."""
     return _selected or select()
 
 

@@ -8,7 +8,6 @@ import importlib
 import os
 import sys
 import time
-from pathlib import Path
 
 
 def run(kernel: str, experiment: str, config: dict, output: str, lock_dir: str | None = None) -> None:
@@ -39,5 +38,4 @@ def main_from_snakemake(smk) -> None:
     log = open(smk.log[0], "w") if smk.log else None
     if log:
         sys.stdout = sys.stderr = log
-    run(smk.params.kernel, smk.params.experiment, smk.config, smk.output[0], smk.params.get("lock_dir"))
-    Path(smk.output[0]).touch(exist_ok=True)
+    run(smk.params.kernel, smk.wildcards.experiment, smk.config, smk.output[0], smk.params.get("lock_dir"))

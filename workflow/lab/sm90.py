@@ -1,35 +1,52 @@
 """Compile a kernel ahead of time for Hopper (sm_90) on any machine, GPU or not.
 
 Triton can lower and assemble for a target it is not running on; the compiled metadata then says how
-much shared memory a launch would need. This is how a CPU-only run measures the writeup's wall.
+much shared memory a launch would need. This is how a CPU-only run measures the writeup's wall, and
+how the tests catch GPU compile errors without a GPU.
+
+The compile runs in a child process with KERNELS_BACKEND=aot: in a process that has chosen the
+interpreter, Triton's own library functions are interpreted too and cannot be compiled.
 """
 from __future__ import annotations
 
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from triton.runtime.jit import JITFunction
+import importlib
+import json
+import os
+import subprocess
+import sys
 
-HOPPER = GPUTarget("cuda", 90, 32)
-
-
-def _jit_function(kernel) -> JITFunction:
-    # Under TRITON_INTERPRET=1 @triton.jit returns an InterpretedFunction; rebuild the JIT one.
-    return kernel if isinstance(kernel, JITFunction) else JITFunction(kernel.fn)
+TARGET = ("cuda", 90, 32)
 
 
-def compile_for_hopper(kernel, arg_types: dict[str, str], constexprs: dict[str, object],
+def compile_in_process(module: str, kernel: str, arg_types: dict[str, str], constexprs: dict,
                        num_warps: int = 4, num_stages: int = 3):
-    """Compile ``kernel`` for sm_90. arg_types maps each runtime argument to a Triton type string
-    ('*fp16', 'i32', 'fp32', ...); every other argument must be in constexprs."""
-    fn = _jit_function(kernel)
+    """Compile ``module.kernel`` for sm_90 in this process (its backend must be 'aot' or 'gpu')."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(importlib.import_module(module), kernel)
     signature = {name: arg_types.get(name, "constexpr") for name in fn.arg_names}
     missing = [n for n, t in signature.items() if t == "constexpr" and n not in constexprs]
     if missing:
         raise ValueError(f"no type or constexpr value for {missing}")
     src = ASTSource(fn, signature, constexprs=constexprs)
-    return triton.compile(src, target=HOPPER, options={"num_warps": num_warps, "num_stages": num_stages})
+    return triton.compile(src, target=GPUTarget(*TARGET), options={"num_warps": num_warps, "num_stages": num_stages})
 
 
-def shared_memory_bytes(kernel, arg_types, constexprs, num_warps: int = 4, num_stages: int = 3) -> int:
-    return int(compile_for_hopper(kernel, arg_types, constexprs, num_warps, num_stages).metadata.shared)
+def shared_memory_bytes(module: str, kernel: str, arg_types: dict[str, str], constexprs: dict,
+                        num_warps: int = 4, num_stages: int = 3) -> int:
+    """Shared memory (bytes) a launch of ``module.kernel`` needs on sm_90, compiled in a child process."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["KERNELS_BACKEND"] = "aot"
+    request = json.dumps(dict(module=module, kernel=kernel, arg_types=arg_types, constexprs=constexprs,
+                              num_warps=num_warps, num_stages=num_stages))
+    done = subprocess.run([sys.executable, "-m", "lab.sm90", request], env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"compiling {module}.{kernel} for sm_90 failed:\n{done.stderr[-4000:]}")
+    return int(json.loads(done.stdout.strip().splitlines()[-1])["shared"])
+
+
+if __name__ == "__main__":
+    compiled = compile_in_process(**json.loads(sys.argv[1]))
+    print(json.dumps({"shared": compiled.metadata.shared}))

@@ -1,0 +1,117 @@
+"""The writeup's attention kernel: correctness against SDPA (claim 9), the shared-memory wall
+(claims 10, 11) and its speed next to SDPA where it runs."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..measure import BF16_IN_INTERPRETER, bench, is_gpu, max_abs_diff, randn, runnable, timing_rows, within_fa_rule
+from ..table import needs_gpu, row
+
+
+def dot_precision(dtype_name: str) -> str:
+    """What tl.dot computes in for these inputs on this backend."""
+    if dtype_name == "float32":
+        return "tf32 (Triton's GPU default)" if is_gpu() else "fp32 (interpreter)"
+    return f"{dtype_name} inputs, fp32 accumulation"
+
+
+def correctness(s: dict) -> list[dict]:
+    from kernels import attention, attention_ref
+
+    rows = []
+    for dtype_name in s["dtypes"]:
+        eps = s["eps"][dtype_name + ("_tf32" if dtype_name == "float32" and is_gpu() else "")]
+        for n_q, n_k, d in s["shapes"]:
+            params = dict(dtype=dtype_name, n_q=n_q, n_k=n_k, d=d, dot_precision=dot_precision(dtype_name), eps=eps)
+            if not runnable(dtype_name):
+                rows.append(row("max_abs_diff", None, status="needs_gpu", error=BF16_IN_INTERPRETER, **params))
+                continue
+            q, k, v = (randn(shape, dtype_name, s["seed"] + i) for i, shape in enumerate(([n_q, d], [n_k, d], [n_k, d])))
+            ref = attention_ref(q.double(), k.double(), v.double())
+            out = attention(q, k, v)
+            sdpa = F.scaled_dot_product_attention(q[None], k[None], v[None])[0]  # torch at the same precision
+            err, err_torch = max_abs_diff(out, ref), max_abs_diff(sdpa, ref)
+            rows += [row("max_abs_diff", err, **params),
+                     row("sdpa_max_abs_diff", err_torch, **params),
+                     row("diff_vs_sdpa", max_abs_diff(out, sdpa), **params),
+                     row("matches", within_fa_rule(err, err_torch, eps), "bool", **params)]
+    return rows
+
+
+def _hopper_shared_bytes(n_k: int, d: int, dtype_name: str) -> int:
+    """Shared memory the writeup's kernel needs on sm_90, by compiling it here (no GPU needed)."""
+    from kernels._attention import launch_config
+
+    from ..sm90 import shared_memory_bytes
+
+    ptr = {"float16": "*fp16", "float32": "*fp32", "bfloat16": "*bf16"}[dtype_name]
+    types = dict(q_ptr=ptr, k_ptr=ptr, v_ptr=ptr, out_ptr=ptr, row_stride="i32", col_stride="i32",
+                 n_rows="i32", n_cols="i32", head_dim="i32", scale="fp32")
+    return shared_memory_bytes("kernels._attention", "_attention_kernel", types, launch_config(n_k, d))
+
+
+def lengths(log2_range) -> list[int]:
+    """Powers of two and one past each: n_k = 2^i + 1 already needs the next power-of-two block."""
+    return [n for i in range(log2_range[0], log2_range[1] + 1) for n in (2**i, 2**i + 1)]
+
+
+def wall(s: dict) -> list[dict]:
+    """Grow n_k until the kernel no longer launches. The failure is the result: a row, not a crash."""
+    if not is_gpu():
+        return _wall_compiled(s["compile_only"])
+    import triton
+
+    limit = triton.runtime.driver.active.utils.get_device_properties(torch.cuda.current_device())["max_shared_mem"]
+    return [r for dtype_name in s["dtypes"] for d in s["head_dims"] for r in _sweep_until_wall(s, dtype_name, d, limit)]
+
+
+def _sweep_until_wall(s: dict, dtype_name: str, d: int, limit: int) -> list[dict]:
+    from triton.runtime.errors import OutOfResources
+
+    from kernels import attention, attention_ref
+    from kernels._attention import launch_config
+
+    rows = []
+    for n_k in lengths(s["log2_n_k"]):
+        params = dict(dtype=dtype_name, d=d, n_k=n_k, n_q=s["n_q"], block_k=launch_config(n_k, d)["BLOCK_K"],
+                      shared_limit=limit)
+        q, k, v = (randn(shape, dtype_name, s["seed"] + i) for i, shape in enumerate(([s["n_q"], d], [n_k, d], [n_k, d])))
+        try:
+            out = attention(q, k, v)
+            torch.cuda.synchronize()
+        except OutOfResources as e:
+            rows.append(row("shared_required", e.required, "bytes", status="out_of_resources", error=str(e), **params))
+            return rows  # the wall: longer sequences only need more
+        rows.append(row("max_abs_diff", max_abs_diff(out, attention_ref(q, k, v)), **params))
+    return rows
+
+
+def _wall_compiled(s: dict) -> list[dict]:
+    rows = []
+    for n_k in s["n_k"]:
+        from kernels._attention import launch_config
+
+        params = dict(dtype=s["dtype"], d=s["head_dim"], n_k=n_k, block_k=launch_config(n_k, s["head_dim"])["BLOCK_K"],
+                      target="sm_90")
+        rows.append(row("shared_required", _hopper_shared_bytes(n_k, s["head_dim"], s["dtype"]), "bytes",
+                        status="compiled_only",
+                        error="compiled for sm_90 on a CPU machine; whether it launches needs a GPU", **params))
+    return rows
+
+
+def performance(s: dict) -> list[dict]:
+    if not is_gpu():
+        return [needs_gpu("timing attention")]
+    from kernels import attention
+
+    rows, d = [], s["head_dim"]
+    for n in s["lengths"]:
+        q, k, v = (randn([n, d], s["dtype"], s["seed"] + i) for i in range(3))
+        tflop = 4 * n * n * d / 1e12  # two matmuls of n x n x d, 2 flops per multiply-add
+        peers = (("triton_writeup", lambda: attention(q, k, v)),
+                 ("torch_sdpa", lambda: F.scaled_dot_product_attention(q[None, None], k[None, None], v[None, None])))
+        for provider, fn in peers:
+            rows += timing_rows(bench(fn, **s["bench"]), tflop, "TFLOP", provider=provider, n_q=n, n_k=n, d=d,
+                                dtype=s["dtype"])
+    return rows

@@ -1,0 +1,135 @@
+"""FlashAttention (the next rung, claim 13): correctness of forward and gradients, running past the
+writeup's wall, memory that grows O(N), and speed against SDPA's backends."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..measure import BF16_IN_INTERPRETER, bench, is_gpu, max_abs_diff, randn, runnable, timing_rows, within_fa_rule
+from ..table import needs_gpu, row
+from .attention import lengths
+
+
+def _qkv(b, h, sq, sk, d, dtype_name, seed, strided=False):
+    if strided:  # (B, S, H, D) storage viewed as (B, H, S, D): non-contiguous, as models produce it
+        shapes = ([b, sq, h, d], [b, sk, h, d], [b, sk, h, d])
+        return [randn(sh, dtype_name, seed + i).transpose(1, 2).requires_grad_() for i, sh in enumerate(shapes)]
+    shapes = ([b, h, sq, d], [b, h, sk, d], [b, h, sk, d])
+    return [randn(sh, dtype_name, seed + i).requires_grad_() for i, sh in enumerate(shapes)]
+
+
+def _cases(s: dict):
+    """Lengths at the base head dim, head dims at the base lengths, each causal or not, plus strided."""
+    d0, (sq0, sk0) = s["base_head_dim"], s["base_lengths"]
+    for causal in (False, True):
+        for sq, sk in s["lengths"]:
+            yield dict(seq_q=sq, seq_k=sk, d=d0, causal=causal, strided=False)
+        for d in s["head_dims"]:
+            yield dict(seq_q=sq0, seq_k=sk0, d=d, causal=causal, strided=False)
+        yield dict(seq_q=sq0, seq_k=sk0, d=d0, causal=causal, strided=True)
+
+
+def correctness(s: dict) -> list[dict]:
+    """The FlashAttention rule, for the output and each gradient: error vs an fp64 reference no more
+    than twice torch's own error at the input precision, plus eps."""
+    from kernels import flash_attention, flash_attention_ref
+
+    rows, b, h = [], s["batch"], s["heads"]
+    for dtype_name in s["dtypes"]:
+        eps = s["eps"][dtype_name + ("_tf32" if dtype_name == "float32" and is_gpu() else "")]
+        for case in _cases(s):
+            params = dict(dtype=dtype_name, batch=b, heads=h, eps=eps, **case)
+            if not runnable(dtype_name):
+                rows.append(row("max_abs_diff", None, status="needs_gpu", error=BF16_IN_INTERPRETER, variant="out", **params))
+                continue
+            q, k, v = _qkv(b, h, case["seq_q"], case["seq_k"], case["d"], dtype_name, s["seed"], case["strided"])
+            do = randn([b, h, case["seq_q"], case["d"]], dtype_name, s["seed"] + 7)
+            results = {}
+            for name, fn in (("triton", lambda: flash_attention(q, k, v, causal=case["causal"])),
+                             ("torch_same_precision", lambda: flash_attention_ref(q, k, v, case["causal"], dtype=q.dtype)),
+                             ("fp64", lambda: flash_attention_ref(q, k, v, case["causal"], dtype=torch.float64))):
+                out = fn()
+                grads = torch.autograd.grad(out, (q, k, v), do.to(out.dtype))
+                results[name] = (out, *grads)
+            for i, what in enumerate(("out", "dq", "dk", "dv")):
+                err = max_abs_diff(results["triton"][i], results["fp64"][i])
+                err_torch = max_abs_diff(results["torch_same_precision"][i], results["fp64"][i])
+                rows += [row("max_abs_diff", err, variant=what, **params),
+                         row("torch_max_abs_diff", err_torch, variant=what, **params),
+                         row("matches", within_fa_rule(err, err_torch, eps), "bool", variant=what, **params)]
+    return rows
+
+
+def past_wall(s: dict) -> list[dict]:
+    """The wall experiment's sweep, run with flash_attention; then peak memory against SDPA's math path."""
+    from kernels import flash_attention, flash_attention_ref
+
+    rows, d, dtype_name = [], s["head_dim"], s["dtype"]
+    for n_k in lengths(s["log2_n_k"]):
+        q, k, v = (randn([1, 1, n, d], dtype_name, s["seed"] + i) for i, n in enumerate((s["n_q"], n_k, n_k)))
+        out = flash_attention(q, k, v)
+        err = max_abs_diff(out, flash_attention_ref(q, k, v))
+        rows.append(row("max_abs_diff", err, dtype=dtype_name, d=d, n_k=n_k, n_q=s["n_q"], provider="triton_flash"))
+    return rows + _peak_memory(s)
+
+
+def _peak_memory(s: dict) -> list[dict]:
+    if not is_gpu():
+        return [needs_gpu("peak GPU memory")]
+    from kernels import flash_attention
+
+    rows, d = [], s["head_dim"]
+    peers = (("triton_flash", lambda q, k, v: flash_attention(q, k, v)),
+             ("torch_math", lambda q, k, v: _sdpa(q, k, v, "MATH")))
+    for n in s["memory_lengths"]:
+        q, k, v = (randn([1, s["memory_heads"], n, d], s["dtype"], s["seed"] + i) for i in range(3))
+        inputs = torch.cuda.memory_allocated()
+        for provider, fn in peers:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            fn(q, k, v)
+            torch.cuda.synchronize()
+            extra = torch.cuda.max_memory_allocated() - inputs  # beyond q, k, v themselves
+            rows.append(row("peak_extra_memory", extra, "bytes", provider=provider, seq=n, d=d,
+                            heads=s["memory_heads"], dtype=s["dtype"]))
+    return rows
+
+
+def _sdpa(q, k, v, backend: str, causal: bool = False):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(getattr(SDPBackend, backend)):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+SDPA_BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION"}
+
+
+def performance(s: dict) -> list[dict]:
+    if not is_gpu():
+        return [needs_gpu("timing flash_attention")]
+    from kernels import flash_attention
+
+    rows, b, h = [], s["batch"], s["heads"]
+    for d in s["head_dims"]:
+        for causal in (False, True):
+            for n in s["lengths"]:
+                q, k, v = _qkv(b, h, n, n, d, s["dtype"], s["seed"])
+                do = torch.randn_like(q)
+                fwd_tflop = 4 * b * h * n * n * d / 1e12 * (0.5 if causal else 1.0)
+                providers = {"triton_flash": lambda: flash_attention(q, k, v, causal=causal)}
+                providers.update({name: (lambda be=be: _sdpa(q, k, v, be, causal)) for name, be in SDPA_BACKENDS.items()})
+                for provider, fwd in providers.items():
+                    params = dict(provider=provider, batch=b, heads=h, seq=n, d=d, causal=causal, dtype=s["dtype"])
+                    for mode, fn, tflop in (("fwd", fwd, fwd_tflop),
+                                            ("fwd_bwd", lambda fwd=fwd: fwd().backward(do), 3.5 * fwd_tflop)):
+                        try:
+                            with torch.no_grad() if mode == "fwd" else torch.enable_grad():
+                                times = bench(fn, **s["bench"])
+                        except RuntimeError as e:  # a backend that does not support this shape/device
+                            rows.append(row("time_ms", None, status="unsupported", error=str(e)[:300], variant=mode, **params))
+                            continue
+                        rows += timing_rows(times, tflop, "TFLOP", variant=mode, **params)
+    return rows
+
+

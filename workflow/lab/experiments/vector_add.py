@@ -1,0 +1,48 @@
+"""Vector add: exact equality with x + y (claim 1), and bandwidth against torch.add."""
+from __future__ import annotations
+
+import torch
+
+from ..measure import BF16_IN_INTERPRETER, bench, dtype, is_gpu, randn, runnable, timing_rows
+from ..table import needs_gpu, row
+
+
+def _inputs(shape, dtype_name, seed):
+    if dtype_name == "int32":
+        x = randn(shape, "float32", seed, 1000).to(torch.int32)
+        return x, randn(shape, "float32", seed + 1, 1000).to(torch.int32)
+    return randn(shape, dtype_name, seed), randn(shape, dtype_name, seed + 1)
+
+
+def correctness(s: dict) -> list[dict]:
+    from kernels import vector_add, vector_add_ref
+
+    rows = []
+    for dtype_name in s["dtypes"]:
+        for shape in [[n] for n in s["sizes"]] + s["shapes"]:
+            params = dict(dtype=dtype_name, shape=str(tuple(shape)), size=int(torch.Size(shape).numel()))
+            if not runnable(dtype_name):
+                rows.append(row("exact_match", None, status="needs_gpu", error=BF16_IN_INTERPRETER, **params))
+                continue
+            x, y = _inputs(shape, dtype_name, s["seed"])
+            out = vector_add(x, y)
+            ref = vector_add_ref(x, y)
+            rows.append(row("exact_match", torch.equal(out, ref), "bool", **params))
+            rows.append(row("max_abs_diff", (out.double() - ref.double()).abs().max().item(), **params))
+    return rows
+
+
+def performance(s: dict) -> list[dict]:
+    if not is_gpu():
+        return [needs_gpu("timing vector_add")]
+    from kernels import vector_add
+
+    rows = []
+    for log2 in range(s["log2_sizes"][0], s["log2_sizes"][1] + 1, s["log2_step"]):
+        n = 2**log2
+        x, y = _inputs([n], s["dtype"], s["seed"])
+        gbytes = 3 * n * x.element_size() / 1e9  # read x, read y, write out
+        for provider, fn in (("triton", lambda: vector_add(x, y)), ("torch", lambda: torch.add(x, y))):
+            rows += timing_rows(bench(fn, **s["bench"]), gbytes, "GB", provider=provider,
+                                size=n, dtype=s["dtype"], bytes=gbytes * 1e9)
+    return rows

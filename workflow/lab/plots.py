@@ -1,0 +1,175 @@
+"""Figures from the experiment tables. Each function takes tidy frames and returns a matplotlib Figure;
+every title names the op, the metric and the device."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+sns.set_theme(style="whitegrid", context="notebook")
+
+
+def device_of(df: pd.DataFrame) -> str:
+    return ", ".join(sorted(df["device"].dropna().unique()))
+
+
+def placeholder(title: str, df: pd.DataFrame) -> plt.Figure:
+    """What a figure shows when its data could not be measured here (never an empty or fake plot)."""
+    fig, ax = plt.subplots(figsize=(7, 2.5))
+    reasons = "; ".join(sorted(df["error"].dropna().unique()))[:160] or "no data"
+    ax.text(0.5, 0.5, f"not measured on {device_of(df)}\n{reasons}", ha="center", va="center", wrap=True)
+    ax.set_axis_off()
+    ax.set_title(title)
+    return fig
+
+
+def _measured(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == "ok"]
+
+
+def _band(ax, df: pd.DataFrame, x: str, hue: str, metric: str):
+    """Median line with a p20-p80 band per hue level."""
+    d = df[df["metric"] == metric]
+    wide = d.pivot_table(index=[hue, x], columns="quantile", values="value").reset_index()
+    palette = dict(zip(sorted(wide[hue].unique()), sns.color_palette(n_colors=wide[hue].nunique())))
+    for level, g in wide.groupby(hue):
+        g = g.sort_values(x)
+        ax.plot(g[x], g[0.5], marker="o", ms=3, label=level, color=palette[level])
+        ax.fill_between(g[x], g[0.2], g[0.8], alpha=0.25, color=palette[level])
+    ax.legend(fontsize=8)
+
+
+def softmax_bug(df: pd.DataFrame) -> plt.Figure:
+    d = _measured(df)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    for ax, metric, label in ((axes[0], "columns_dropped", "columns never written"),
+                              (axes[1], "max_abs_diff", "max |triton - torch|")):
+        sns.lineplot(data=d[d["metric"] == metric], x="n_cols", y="value", hue="variant", style="variant",
+                     markers=True, dashes=False, ax=ax)
+        block = int(d.loc[d["variant"] == "hardcoded", "block_size"].iloc[0])
+        ax.axvline(block, color="red", ls="--", lw=1)
+        ax.text(block, ax.get_ylim()[1] * 0.9, f" BLOCK_SIZE={block}", color="red", fontsize=9)
+        ax.set(xlabel="n_cols", ylabel=label)
+    fig.suptitle(f"softmax: the hard-coded BLOCK_SIZE bug vs the fix ({device_of(df)})")
+    fig.tight_layout()
+    return fig
+
+
+def dropout_rates(df: pd.DataFrame) -> plt.Figure:
+    d = _measured(df)
+    rates = d[d["metric"] == "drop_rate"].copy()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    sns.stripplot(data=rates, x="p", y="value", ax=ax, alpha=0.5, size=3, jitter=0.25)
+    for i, p in enumerate(sorted(rates["p"].unique())):
+        tol = d.loc[d["metric"] == "within_tolerance_single_seed", "tolerance"].iloc[0]
+        ax.hlines([p - tol, p, p + tol], i - 0.4, i + 0.4, colors=["grey", "black", "grey"], linestyles=[":", "-", ":"])
+    n_seeds = rates.groupby("p").size().iloc[0]
+    ax.set(xlabel="p", ylabel="empirical drop rate",
+           title=f"relu_dropout: drop rate over {n_seeds} seeds, size {int(rates['size'].iloc[0])} "
+                 f"(line: p, dotted: +/- tolerance) ({device_of(df)})")
+    ax.title.set_fontsize(9)
+    fig.tight_layout()
+    return fig
+
+
+def bandwidth(tables: dict[str, pd.DataFrame], copy_gbps: float | None) -> plt.Figure:
+    """Memory-bound kernels: achieved GB/s per provider with p20-p80 bands, and the copy ceiling."""
+    measured = {k: _measured(v) for k, v in tables.items()}
+    if all(v.empty for v in measured.values()):
+        return placeholder("memory-bound kernels: bandwidth", pd.concat(tables.values()))
+    fig, axes = plt.subplots(1, len(tables), figsize=(5.5 * len(tables), 4.2), squeeze=False)
+    for ax, (kernel, d) in zip(axes[0], measured.items()):
+        x = "n_cols" if kernel == "softmax" else "size"
+        if kernel == "softmax":
+            d = d[d["dtype"] == d["dtype"].iloc[0]].assign(provider=lambda f: f["provider"] + " " + f["dtype"])
+        _band(ax, d, x, "provider", "bandwidth")
+        if copy_gbps:
+            ax.axhline(copy_gbps, color="black", ls="--", lw=1)
+            ax.text(ax.get_xlim()[0], copy_gbps, " device copy", va="bottom", fontsize=8)
+        ax.set(xscale="log", xlabel=x, ylabel="GB/s (bytes the op must move / time)", title=kernel)
+    fig.suptitle(f"bandwidth, median and p20-p80 ({device_of(pd.concat(tables.values()))})")
+    fig.tight_layout()
+    return fig
+
+
+def wall(attn: pd.DataFrame, flash: pd.DataFrame) -> plt.Figure:
+    """Which n_k each kernel handles: the writeup's fails at its wall, flash runs on."""
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    a = attn.copy()
+    a["series"] = "writeup attention, " + a["dtype"] + " d=" + a["d"].astype(int).astype(str)
+    f = flash[flash["metric"] == "max_abs_diff"].copy()
+    f["series"] = "flash_attention, " + f["dtype"] + " d=" + f["d"].astype(int).astype(str)
+    both = pd.concat([a, f], ignore_index=True)
+    both["outcome"] = both["status"].map({"ok": "ran, correct", "out_of_resources": "out of shared memory",
+                                          "compiled_only": "compiled for sm_90 only"}).fillna(both["status"])
+    sns.scatterplot(data=both, x="n_k", y="series", hue="outcome", style="outcome", s=60, ax=ax,
+                    palette={"ran, correct": "tab:green", "out of shared memory": "tab:red",
+                             "compiled for sm_90 only": "tab:grey"})
+    ax.set(xscale="log", xlabel="n_k (keys)", ylabel="")
+    ax.set_title(f"attention: the shared-memory wall ({device_of(both)})")
+    fig.tight_layout()
+    return fig
+
+
+def flash_performance(df: pd.DataFrame, matmul_tflops: float | None) -> plt.Figure:
+    d = _measured(df)
+    if d.empty:
+        return placeholder("flash_attention: TFLOP/s vs SDPA", df)
+    d = d.assign(case=lambda f: f["variant"] + ", d=" + f["d"].astype(int).astype(str)
+                 + (", causal").where(f["causal"].astype(bool), ""))
+    cases = sorted(d["case"].unique())
+    cols = 4
+    rows = -(-len(cases) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.6 * rows), squeeze=False)
+    for ax, case in zip(axes.flat, cases):
+        _band(ax, d[d["case"] == case], "seq", "provider", "throughput")
+        if matmul_tflops:
+            ax.axhline(matmul_tflops, color="black", ls="--", lw=1)
+        ax.set(xscale="log", xlabel="sequence length", ylabel="TFLOP/s", title=case)
+    for ax in axes.flat[len(cases):]:
+        ax.set_axis_off()
+    fig.suptitle(f"flash_attention vs SDPA backends, {d['dtype'].iloc[0]}, B={int(d['batch'].iloc[0])} "
+                 f"H={int(d['heads'].iloc[0])} (dashed: measured bf16 matmul) ({device_of(df)})")
+    fig.tight_layout()
+    return fig
+
+
+def flash_memory(df: pd.DataFrame) -> plt.Figure:
+    d = _measured(df)
+    d = d[d["metric"] == "peak_extra_memory"]
+    if d.empty:
+        return placeholder("attention: peak memory vs sequence length", df)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    sns.lineplot(data=d.assign(MiB=d["value"] / 2**20), x="seq", y="MiB", hue="provider", marker="o", ax=ax)
+    ax.set(xscale="log", yscale="log", xlabel="sequence length",
+           ylabel="peak memory beyond q, k, v (MiB)",
+           title=f"attention memory: O(N) flash vs O(N^2) math ({device_of(df)})")
+    fig.tight_layout()
+    return fig
+
+
+def save(fig: plt.Figure, path: str) -> None:
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", suffix=".png")
+    os.close(fd)
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def ceiling_fraction(fractions: pd.DataFrame) -> plt.Figure:
+    """Best median throughput of every kernel and peer as a fraction of the ceiling that bounds it."""
+    if fractions.empty:
+        return placeholder("fraction of the measured ceilings", pd.DataFrame({"device": ["no GPU"], "error": ["needs a GPU"]}))
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(fractions) + 1.5))
+    sns.barplot(data=fractions, y="label", x="fraction", hue="ceiling", dodge=False, ax=ax)
+    ax.axvline(1.0, color="black", lw=1)
+    ax.set(xlabel="fraction of the ceiling measured in the same run", ylabel="")
+    ax.set_title(f"best median throughput / measured ceiling ({fractions['device'].iloc[0]})")
+    fig.tight_layout()
+    return fig

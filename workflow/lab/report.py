@@ -1,0 +1,94 @@
+"""The markdown report: provenance, one row per claim (said / measured / verdict), performance, figures."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from . import claims as claims_mod
+from . import summary
+from .table import PROVENANCE
+
+
+def _md_table(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return "" if pd.isna(v) else format(v, floatfmt)
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    head = "| " + " | ".join(map(str, df.columns)) + " |"
+    sep = "|" + "---|" * len(df.columns)
+    body = ["| " + " | ".join(fmt(v) for v in r) + " |" for r in df.itertuples(index=False)]
+    return "\n".join([head, sep, *body])
+
+
+def _provenance(tables: dict[str, pd.DataFrame]) -> str:
+    allrows = pd.concat(tables.values(), ignore_index=True)
+    lines = []
+    for key in PROVENANCE:
+        vals = sorted(map(str, allrows[key].dropna().unique()))
+        if key == "timestamp":
+            vals = [f"{vals[0]} .. {vals[-1]}"]
+        lines.append(f"- **{key}**: {', '.join(vals)}")
+    return "\n".join(lines)
+
+
+def _performance(tables: dict[str, pd.DataFrame]) -> str:
+    ceil = summary.ceilings(tables["calibration/ceilings"])
+    if not ceil:
+        return ("Not measured: this run used Triton's interpreter, and timing needs a GPU. The committed GPU run "
+                "is under `results/nvidia-h200/`.")
+    out = [f"Ceilings measured in this run on {ceil['device']}: device-to-device copy **{ceil['copy_gbps']:.0f} GB/s**, "
+           f"bf16 matmul **{ceil['matmul_tflops']:.0f} TFLOP/s**, shared memory per block "
+           f"**{ceil['shared_memory_per_block']} B**. Medians of `triton.testing.do_bench`; p20/p80 are in the tables."]
+    out.append("\n### Memory-bound kernels: best median bandwidth and fraction of the copy ceiling\n")
+    for kernel, x in (("vector_add", "size"), ("relu_dropout", "size"), ("softmax", "n_cols")):
+        peak = summary.peak_bandwidth(tables[f"{kernel}/performance"], ceil["copy_gbps"], x)
+        out.append(f"**{kernel}**\n\n" + _md_table(peak) + "\n")
+    dr = summary.fused_vs_unfused(tables["relu_dropout/performance"], "triton_fused", "torch_unfused", "size")
+    out.append(f"Fused vs unfused relu+dropout at {dr['size']} elements: unfused moves {dr['bytes_ratio']:.2f}x the "
+               f"bytes and takes {dr['time_ratio']:.2f}x the time.")
+    sm = tables["softmax/performance"]
+    for dt in sorted(summary.ok(sm)["dtype"].unique()):
+        r = summary.fused_vs_unfused(sm, "triton_fused", "torch_naive", "n_cols", dtype=dt)
+        out.append(f"Fused softmax vs naive five-op torch ({dt}, 4096 x {r['n_cols']}): naive moves "
+                   f"{r['bytes_ratio']:.0f}x the bytes and takes {r['time_ratio']:.2f}x the time.")
+    att = summary.median(tables["attention/performance"], "throughput")
+    if not att.empty:
+        wide = att.pivot_table(index=["n_q", "d", "dtype"], columns="provider", values="value").reset_index()
+        out.append("\n### The writeup's attention kernel vs SDPA, TFLOP/s (where it runs)\n\n" + _md_table(wide))
+    w = summary.wall(tables["attention/wall"])
+    out.append("\n### The wall\n\n" + _md_table(w))
+    f = summary.flash_vs_sdpa(tables["flash_attention/performance"], ceil["matmul_tflops"])
+    if not f.empty:
+        out.append("\n### flash_attention vs SDPA backends, median TFLOP/s (bf16)\n\n" + _md_table(f))
+    return "\n".join(out)
+
+
+def build(tables: dict[str, pd.DataFrame], claims_path: str, figures: list[str], out_path: str) -> pd.DataFrame:
+    with open(claims_path) as fh:
+        claims = yaml.safe_load(fh)
+    verdicts = claims_mod.settle(claims, tables)
+    fig_dir = os.path.relpath(os.path.dirname(figures[0]), os.path.dirname(out_path)) if figures else "figures"
+    table = verdicts.assign(
+        figure=lambda d: d["figure"].map(lambda f: f"[{f}]({fig_dir}/{f})" if f else ""),
+        said=lambda d: "\"" + d["said"] + "\"")[["id", "claim", "said", "measured", "verdict", "figure"]]
+    counts = verdicts["verdict"].value_counts()
+    parts = [
+        f"# Triton kernel lab: report for `{Path(out_path).parent.name}`",
+        "Every claim of the writeup, settled by this run's tables. Verdicts: reproduced / reproduced with a nuance / "
+        "not reproduced / needs a GPU (never guessed: a claim this run could not measure says so).",
+        "## Provenance\n\n" + _provenance(tables),
+        "## Claims\n\n" + ", ".join(f"{n} {v}" for v, n in counts.items()) + "\n\n" + _md_table(table),
+        "## Performance\n\n" + _performance(tables),
+        "## Figures\n\n" + "\n\n".join(f"![{Path(f).stem}]({fig_dir}/{Path(f).name})" for f in figures),
+        "## Tables\n\n" + "\n".join(f"- `{k}.parquet`: {len(v)} rows" for k, v in sorted(tables.items())),
+    ]
+    text = "\n\n".join(parts) + "\n"
+    tmp = f"{out_path}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, out_path)
+    return verdicts

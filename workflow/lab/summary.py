@@ -1,0 +1,88 @@
+"""Numbers derived from several tables, computed in one place for the report and the figures."""
+from __future__ import annotations
+
+import pandas as pd
+
+
+def ok(df: pd.DataFrame, **where) -> pd.DataFrame:
+    d = df[df["status"] == "ok"]
+    for col, val in where.items():
+        d = d[d[col] == val]
+    return d
+
+
+def median(df: pd.DataFrame, metric: str, **where) -> pd.DataFrame:
+    return ok(df, metric=metric, quantile=0.5, **where)
+
+
+def ceilings(cal: pd.DataFrame) -> dict:
+    """copy GB/s and bf16 matmul TFLOP/s (medians) and shared memory per block; {} without a GPU."""
+    if ok(cal).empty:
+        return {}
+    return {
+        "copy_gbps": median(cal, "bandwidth", provider="device_copy")["value"].iloc[0],
+        "matmul_tflops": median(cal, "throughput", provider="bf16_matmul")["value"].iloc[0],
+        "shared_memory_per_block": int(ok(cal, metric="shared_memory_per_block")["value"].iloc[0]),
+        "device": cal["device"].iloc[0],
+    }
+
+
+def peak_bandwidth(df: pd.DataFrame, copy_gbps: float, x: str = "size") -> pd.DataFrame:
+    """Best median bandwidth per provider (and dtype), and its fraction of the measured copy bandwidth."""
+    d = median(df, "bandwidth")
+    keys = ["provider"] + (["dtype"] if d["dtype"].nunique() > 1 else [])
+    best = d.loc[d.groupby(keys)["value"].idxmax(), keys + [x, "value"]]
+    return best.assign(fraction_of_copy=best["value"] / copy_gbps).rename(columns={"value": "GB/s", x: f"at {x}"})
+
+
+def fused_vs_unfused(df: pd.DataFrame, fused: str, unfused: str, x: str, **where) -> dict:
+    """Time and bytes of the unfused version over the fused one, at the largest size measured."""
+    t = median(df, "time_ms", **where)
+    largest = t[x].max()
+    t = t[t[x] == largest].set_index("provider")
+    return {x: int(largest), "time_ratio": t.loc[unfused, "value"] / t.loc[fused, "value"],
+            "bytes_ratio": t.loc[unfused, "bytes"] / t.loc[fused, "bytes"],
+            "fused_ms": t.loc[fused, "value"], "unfused_ms": t.loc[unfused, "value"]}
+
+
+def flash_vs_sdpa(df: pd.DataFrame, matmul_tflops: float | None) -> pd.DataFrame:
+    """Median TFLOP/s per provider for every (mode, d, causal, seq), with ratios to SDPA's flash backend."""
+    d = median(df, "throughput")
+    if d.empty:
+        return d
+    wide = d.pivot_table(index=["variant", "d", "causal", "seq"], columns="provider", values="value").reset_index()
+    if "sdpa_flash" in wide:
+        wide["triton/sdpa_flash"] = wide["triton_flash"] / wide["sdpa_flash"]
+    if matmul_tflops:
+        wide["triton/matmul"] = wide["triton_flash"] / matmul_tflops
+    return wide
+
+
+def wall(attn: pd.DataFrame) -> pd.DataFrame:
+    """Per (dtype, d): the longest n_k that ran and the first that did not, with the shared memory asked."""
+    out = []
+    for (dtype, d), g in attn.groupby(["dtype", "d"]):
+        ran = g[g["status"] == "ok"]["n_k"]
+        failed = g[g["status"] == "out_of_resources"]
+        out.append({"dtype": dtype, "d": int(d), "longest n_k that ran": int(ran.max()) if len(ran) else None,
+                    "first n_k that failed": int(failed["n_k"].min()) if len(failed) else None,
+                    "shared memory required (B)": int(failed["value"].iloc[0]) if len(failed) else None,
+                    "limit (B)": int(failed["shared_limit"].iloc[0]) if len(failed) else None})
+    return pd.DataFrame(out)
+
+
+def ceiling_fractions(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per (kernel, provider): best median throughput over the ceiling that bounds it."""
+    ceil = ceilings(tables["calibration/ceilings"])
+    if not ceil:
+        return pd.DataFrame()
+    rows = []
+    for kernel in ("vector_add", "relu_dropout", "softmax"):
+        for r in peak_bandwidth(tables[f"{kernel}/performance"], ceil["copy_gbps"]).itertuples():
+            label = f"{kernel} / {r.provider}" + (f" {r.dtype}" if hasattr(r, "dtype") else "")
+            rows.append({"label": label, "fraction": r.fraction_of_copy, "ceiling": "device copy GB/s"})
+    flash = median(tables["flash_attention/performance"], "throughput")
+    for (provider, variant), g in flash.groupby(["provider", "variant"]):
+        rows.append({"label": f"attention {variant} / {provider}", "fraction": g["value"].max() / ceil["matmul_tflops"],
+                     "ceiling": "bf16 matmul TFLOP/s"})
+    return pd.DataFrame(rows).assign(device=ceil["device"])

@@ -1,0 +1,22 @@
+# One job per kernel x experiment, each writing one tidy parquet table. One rule per kernel, so
+#   snakemake --cores 1 --forcerun softmax results/<run>/softmax/bug.parquet
+# reruns that experiment alone. GPU jobs claim `gpu=1` (declare the GPUs with --resources gpu=N or a
+# profile); each also locks one GPU for itself, so no two GPU jobs ever share a device.
+for _kernel, _experiments in EXPERIMENTS.items():
+
+    rule:
+        name:
+            _kernel
+        output:
+            table=f"{OUT}/{_kernel}/{{experiment}}.parquet",
+        wildcard_constraints:
+            experiment="|".join(_experiments),
+        log:
+            f"{OUT}/logs/{_kernel}/{{experiment}}.log",
+        params:
+            kernel=_kernel,
+            lock_dir=GPU_LOCKS,
+        resources:
+            gpu=1 if BACKEND == "gpu" else 0,
+        script:
+            "../scripts/experiment.py"
