@@ -19,6 +19,7 @@ Conventions:
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import triton
@@ -30,6 +31,9 @@ backend.select()  # before any @triton.jit: Triton reads TRITON_INTERPRET when a
 
 LOG2E = 1.4426950408889634
 HEAD_DIMS = (16, 256)
+# KERNELS_AUTOTUNE=0 skips tuning and takes the first tile below that fits: each tuned variant costs a
+# compile per candidate, which correctness sweeps over many head dims cannot afford.
+AUTOTUNE = os.environ.get("KERNELS_AUTOTUNE", "1") != "0"
 
 
 def _configs(kind: str) -> list[triton.Config]:
@@ -43,11 +47,13 @@ def _configs(kind: str) -> list[triton.Config]:
 
 
 def _fits(configs, named_args, **kwargs):
-    """Drop tiles whose pipelined loads would not fit in Hopper's 227 KiB of shared memory."""
+    """Drop tiles whose pipelined loads would not fit in Hopper's 227 KiB of shared memory
+    (estimate: the Q tile plus num_stages K and V tiles, 2-byte elements)."""
     d, elt = kwargs["BLOCK_D"], 2
     fit = [c for c in configs
            if (c.kwargs["BLOCK_M"] + c.num_stages * 2 * c.kwargs["BLOCK_N"]) * d * elt <= 200 * 1024]
-    return fit or configs[-1:]
+    fit = fit or configs[-1:]
+    return fit if AUTOTUNE else fit[:1]
 
 
 def _autotune(kind: str):

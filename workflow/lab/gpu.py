@@ -1,10 +1,14 @@
-"""One GPU per job: claim a free GPU with a lock file and pin the process to it.
+"""Pin each job to a GPU, and never let a timing job share its GPU.
 
-Snakemake's ``resources: gpu=1`` keeps the *number* of concurrent GPU jobs at the number of GPUs (when
-the profile declares them), but it does not say *which* GPU a job gets. Each job therefore takes an
-exclusive lock on one GPU index and sets CUDA_VISIBLE_DEVICES before torch or triton is imported.
-The lock is held until the process exits, so even without a profile two GPU jobs never share a GPU:
-a job that finds every GPU taken waits for one.
+Snakemake's ``resources: gpu=1`` bounds how many timing jobs run at once (when the GPUs are declared
+with ``--resources gpu=N`` or a profile), but it does not say *which* GPU a job gets, and it cannot
+keep correctness jobs off a GPU that is being timed. So every job locks one GPU index with flock and
+sets CUDA_VISIBLE_DEVICES before torch or triton is imported:
+
+- timing jobs (exclusive=True) take an exclusive lock: nothing else runs on that GPU meanwhile;
+- correctness and statistics jobs take a shared lock: they may run side by side, not beside a timing job.
+
+The lock is held until the process exits; a job that finds no suitable GPU waits for one.
 """
 from __future__ import annotations
 
@@ -29,16 +33,18 @@ def visible_gpus() -> list[str]:
     return [str(i) for i, line in enumerate(out.stdout.splitlines()) if line.startswith("GPU ")]
 
 
-def claim(gpus: list[str], lock_dir: str | os.PathLike, poll_s: float = 0.5, timeout_s: float | None = None):
-    """Lock one of ``gpus``; returns (gpu id, open lock file). Blocks while all are taken."""
+def claim(gpus: list[str], lock_dir: str | os.PathLike, exclusive: bool = True, poll_s: float = 0.5,
+          timeout_s: float | None = None):
+    """Lock one of ``gpus``; returns (gpu id, open lock file). Blocks while none can be locked."""
     lock_dir = Path(lock_dir)
     lock_dir.mkdir(parents=True, exist_ok=True)
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     start = time.monotonic()
     while True:
         for gpu in gpus:
-            handle = open(lock_dir / f"gpu-{gpu}.lock", "w")
+            handle = open(lock_dir / f"gpu-{gpu}.lock", "a")
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(handle, mode | fcntl.LOCK_NB)
             except BlockingIOError:
                 handle.close()
                 continue
@@ -48,11 +54,11 @@ def claim(gpus: list[str], lock_dir: str | os.PathLike, poll_s: float = 0.5, tim
         time.sleep(poll_s)
 
 
-def pin(lock_dir: str | os.PathLike):
-    """Claim a free GPU and make it the only one this process sees. Returns the lock (keep it open)."""
+def pin(lock_dir: str | os.PathLike, exclusive: bool):
+    """Claim a GPU and make it the only one this process sees. Returns the lock (keep it open)."""
     gpus = visible_gpus()
     if not gpus:
         return None
-    gpu, handle = claim(gpus, lock_dir)
+    gpu, handle = claim(gpus, lock_dir, exclusive)
     os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     return handle

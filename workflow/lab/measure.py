@@ -57,11 +57,12 @@ def ulps(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     return (out.double() - ref.double()).abs() / ulp
 
 
-def bench(fn, warmup_ms: int, rep_ms: int) -> dict[float, float]:
+def bench(fn, warmup_ms: int, rep_ms: int, grad_to_none=None) -> dict[float, float]:
     """Kernel time in ms at each of QUANTILES (triton.testing.do_bench: CUDA events, L2 flushed)."""
     import triton.testing
 
-    times = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=list(QUANTILES))
+    times = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=list(QUANTILES),
+                                    grad_to_none=grad_to_none)
     return dict(zip(QUANTILES, times))
 
 

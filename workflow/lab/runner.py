@@ -10,13 +10,17 @@ import sys
 import time
 
 
+TIMING = ("ceilings", "performance")  # experiments that measure time: alone on their GPU, autotuned
+
+
 def run(kernel: str, experiment: str, config: dict, output: str, lock_dir: str | None = None) -> None:
-    lock = None
-    if config["backend"] != "interpreter" and lock_dir:
+    timing = experiment in TIMING
+    if config["backend"] == "gpu" and lock_dir:
         from . import gpu
 
-        lock = gpu.pin(lock_dir)  # noqa: F841  (held until the process exits)
+        lock = gpu.pin(lock_dir, exclusive=timing)  # noqa: F841  (held until the process exits)
     os.environ["KERNELS_BACKEND"] = config["backend"]
+    os.environ.setdefault("KERNELS_AUTOTUNE", "1" if timing else "0")
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns when unset; 1 is its default
 
     import kernels

@@ -1,7 +1,7 @@
 # One job per kernel x experiment, each writing one tidy parquet table. One rule per kernel, so
 #   snakemake --cores 1 --forcerun softmax results/<run>/softmax/bug.parquet
-# reruns that experiment alone. GPU jobs claim `gpu=1` (declare the GPUs with --resources gpu=N or a
-# profile); each also locks one GPU for itself, so no two GPU jobs ever share a device.
+# reruns that experiment alone. Timing jobs claim `gpu=1` (declare the GPUs with --resources gpu=N or
+# a profile) and, at run time, an exclusive lock on one GPU (lab/gpu.py): no other job shares it.
 for _kernel, _experiments in EXPERIMENTS.items():
 
     rule:
@@ -17,6 +17,6 @@ for _kernel, _experiments in EXPERIMENTS.items():
             kernel=_kernel,
             lock_dir=GPU_LOCKS,
         resources:
-            gpu=1 if BACKEND == "gpu" else 0,
+            gpu=lambda wc: int(BACKEND == "gpu" and wc.experiment in TIMING),
         script:
             "../scripts/experiment.py"

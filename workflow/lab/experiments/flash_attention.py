@@ -125,7 +125,7 @@ def performance(s: dict) -> list[dict]:
                                             ("fwd_bwd", lambda fwd=fwd: fwd().backward(do), 3.5 * fwd_tflop)):
                         try:
                             with torch.no_grad() if mode == "fwd" else torch.enable_grad():
-                                times = bench(fn, **s["bench"])
+                                times = bench(fn, **s["bench"], grad_to_none=[q, k, v])
                         except RuntimeError as e:  # a backend that does not support this shape/device
                             rows.append(row("time_ms", None, status="unsupported", error=str(e)[:300], variant=mode, **params))
                             continue
