@@ -36,29 +36,33 @@ HEAD_DIMS = (16, 256)
 AUTOTUNE = os.environ.get("KERNELS_AUTOTUNE", "1") != "0"
 
 
-def _configs(kind: str) -> list[triton.Config]:
-    if backend.current() == "interpreter":  # one small tile: the interpreter's cost is per program
+def tiles(kind: str, interpreter: bool) -> list[triton.Config]:
+    """Candidate tiles (BLOCK_M, BLOCK_N, warps, stages) for 'fwd' or 'bwd', in order of preference."""
+    if interpreter:  # one small tile: the interpreter's cost is per program
         return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
     if kind == "fwd":
-        shapes = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2)]
+        shapes = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2),
+                  (32, 32, 4, 1)]
     else:
         shapes = [(64, 64, 4, 2), (64, 128, 8, 2), (128, 64, 8, 2), (32, 64, 4, 2), (64, 32, 4, 2), (32, 32, 4, 1)]
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in shapes]
 
 
-def _fits(configs, named_args, **kwargs):
-    """Drop tiles whose pipelined loads would not fit in Hopper's 227 KiB of shared memory
-    (estimate: the Q tile plus num_stages K and V tiles, 2-byte elements)."""
-    d, elt = kwargs["BLOCK_D"], 2
-    fit = [c for c in configs
-           if (c.kwargs["BLOCK_M"] + c.num_stages * 2 * c.kwargs["BLOCK_N"]) * d * elt <= 200 * 1024]
-    fit = fit or configs[-1:]
+def fits(config: triton.Config, block_d: int, element_size: int) -> bool:
+    """Would this tile's pipelined loads fit in Hopper's 227 KiB of shared memory? A conservative
+    estimate: the Q tile plus num_stages K and V tiles."""
+    rows = config.kwargs["BLOCK_M"] + config.num_stages * 2 * config.kwargs["BLOCK_N"]
+    return rows * block_d * element_size <= 180 * 1024
+
+
+def _prune(configs, named_args, **kwargs):
+    fit = [c for c in configs if fits(c, kwargs["BLOCK_D"], named_args["q_ptr"].element_size())] or configs[-1:]
     return fit if AUTOTUNE else fit[:1]
 
 
 def _autotune(kind: str):
-    return triton.autotune(configs=_configs(kind), key=["seq_q", "seq_k", "BLOCK_D", "CAUSAL"],
-                           prune_configs_by={"early_config_prune": _fits})
+    return triton.autotune(configs=tiles(kind, backend.current() == "interpreter"),
+                           key=["seq_q", "seq_k", "BLOCK_D", "CAUSAL"], prune_configs_by={"early_config_prune": _prune})
 
 
 @triton.jit

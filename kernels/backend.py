@@ -51,12 +51,12 @@ def resolve(requested: str | None = None) -> str:
 def select(requested: str | None = None) -> str:
     """Fix the backend for this process; must run before any @triton.jit module is imported."""
     global _selected
+    if _selected is not None:
+        if requested not in (None, "auto", _selected):
+            raise RuntimeError(f"kernels were already set up for the {_selected!r} backend; "
+                               f"choose the backend before the first kernel is used")
+        return _selected
     backend = resolve(requested)
-    if _selected is not None and backend != _selected:
-        raise RuntimeError(
-            f"kernels were already set up for the {_selected!r} backend; "
-            f"choose the backend before the first 'import kernels'"
-        )
     if backend == "interpreter":
         os.environ["TRITON_INTERPRET"] = "1"
     os.environ[ENV_VAR] = backend

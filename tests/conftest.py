@@ -1,0 +1,22 @@
+"""Tests run wherever they are started: in Triton's interpreter on a CPU machine (CI), compiled on a GPU.
+Tolerances sit beside the dtypes they belong to."""
+import pytest
+import torch
+
+import kernels
+
+DEVICE = kernels.backend.device()
+ON_GPU = kernels.backend.current() == "gpu"
+
+# (dtype, absolute tolerance for one fused op). bf16 runs only on the GPU: the interpreter computes it wrongly.
+FLOAT_DTYPES = [
+    pytest.param(torch.float32, id="fp32"),
+    pytest.param(torch.float16, id="fp16"),
+    pytest.param(torch.bfloat16, id="bf16",
+                 marks=pytest.mark.skipif(not ON_GPU, reason="bf16 arithmetic is broken in Triton's interpreter")),
+]
+
+
+def randn(*shape, dtype=torch.float32, seed=0, scale=1.0):
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    return (torch.randn(*shape, generator=g, device=DEVICE) * scale).to(dtype)

@@ -1,0 +1,93 @@
+"""FlashAttention against an fp64 reference with the FlashAttention rule: error no more than twice
+torch's own error at the same precision (plus eps). Small sizes: this runs in the interpreter."""
+import pytest
+import torch
+
+from conftest import FLOAT_DTYPES, ON_GPU, randn
+from kernels import flash_attention, flash_attention_ref
+
+EPS = {torch.float32: 5e-3 if ON_GPU else 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
+
+
+def qkv(b, h, sq, sk, d, dtype, strided=False):
+    if strided:  # (B, S, H, D) storage seen as (B, H, S, D)
+        t = [randn(b, s, h, d, dtype=dtype, seed=i).transpose(1, 2) for i, s in enumerate((sq, sk, sk))]
+    else:
+        t = [randn(b, h, s, d, dtype=dtype, seed=i) for i, s in enumerate((sq, sk, sk))]
+    return [x.requires_grad_() for x in t]
+
+
+def check(q, k, v, causal, dtype):
+    do = randn(*q.shape, dtype=dtype, seed=9)
+    res = {}
+    for name, fn in (("triton", lambda: flash_attention(q, k, v, causal=causal)),
+                     ("torch", lambda: flash_attention_ref(q, k, v, causal, dtype=dtype)),
+                     ("fp64", lambda: flash_attention_ref(q, k, v, causal, dtype=torch.float64))):
+        out = fn()
+        res[name] = (out, *torch.autograd.grad(out, (q, k, v), do.to(out.dtype)))
+    assert res["triton"][0].dtype == dtype and res["triton"][0].shape == q.shape
+    for i, what in enumerate(("out", "dq", "dk", "dv")):
+        err = (res["triton"][i].double() - res["fp64"][i]).abs().max().item()
+        err_torch = (res["torch"][i].double() - res["fp64"][i]).abs().max().item()
+        assert err <= 2 * err_torch + EPS[dtype], f"{what}: {err:.3g} vs torch {err_torch:.3g}"
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("sq, sk", [(113, 203), (203, 113), (1, 239), (239, 1), (64, 64), (257, 129)])
+def test_odd_lengths(sq, sk, causal):
+    check(*qkv(1, 2, sq, sk, 64, torch.float16), causal, torch.float16)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [16, 40, 80, 111, 160])
+def test_odd_head_dims(d, causal):
+    check(*qkv(1, 1, 37, 70, d, torch.float16), causal, torch.float16)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_dtypes(dtype):
+    check(*qkv(2, 2, 50, 90, 32, dtype), True, dtype)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_strided_views(causal):
+    q, k, v = qkv(2, 3, 45, 77, 32, torch.float16, strided=True)
+    assert not q.is_contiguous()
+    check(q, k, v, causal, torch.float16)
+
+
+def test_causal_is_bottom_right_aligned():
+    """Query i sees key j iff j <= i + seq_k - seq_q: the last query sees every key, and with
+    seq_q > seq_k the first seq_q - seq_k queries see none (output 0)."""
+    q, k, v = qkv(1, 1, 6, 4, 16, torch.float32)
+    out = flash_attention(q, k, v, causal=True)
+    assert torch.equal(out[0, 0, :2], torch.zeros_like(out[0, 0, :2]))
+    last = flash_attention(q[:, :, -1:], k, v, causal=False)
+    torch.testing.assert_close(out[:, :, -1:], last, atol=1e-5, rtol=0)
+    q2, k2, v2 = qkv(1, 1, 3, 8, 16, torch.float32)
+    out2 = flash_attention(q2, k2, v2, causal=True)
+    torch.testing.assert_close(out2[:, :, -1:], flash_attention(q2[:, :, -1:], k2, v2), atol=1e-5, rtol=0)
+    first = flash_attention(q2[:, :, :1], k2[:, :, :6], v2[:, :, :6])  # row 0 sees keys 0..5
+    torch.testing.assert_close(out2[:, :, :1], first, atol=1e-5, rtol=0)
+
+
+def test_sm_scale():
+    q, k, v = qkv(1, 1, 20, 30, 32, torch.float32)
+    torch.testing.assert_close(flash_attention(q, k, v, sm_scale=0.3),
+                               flash_attention_ref(q, k, v, sm_scale=0.3), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("shapes, kwargs, err", [
+    (((1, 2, 8, 32), (1, 2, 8, 16), (1, 2, 8, 16)), {}, ValueError),      # head dims differ
+    (((1, 2, 8, 32), (1, 3, 8, 32), (1, 3, 8, 32)), {}, ValueError),      # heads differ
+    (((1, 2, 8, 32), (1, 2, 9, 32), (1, 2, 8, 32)), {}, ValueError),      # k and v differ
+    (((2, 8, 32),) * 3, {}, ValueError),                                  # rank 3
+    (((1, 1, 8, 8),) * 3, {}, ValueError),                                # head_dim < 16
+    (((1, 1, 8, 300),) * 3, {}, ValueError),                              # head_dim > 256
+    (((1, 1, 0, 32),) * 3, {}, ValueError),                               # empty sequence
+    (((1, 1, 8, 32),) * 3, {"sm_scale": -1.0}, ValueError),
+])
+def test_bad_input_is_refused(shapes, kwargs, err):
+    q, k, v = (randn(*s) for s in shapes)
+    with pytest.raises(err):
+        flash_attention(q, k, v, **kwargs)

@@ -1,0 +1,69 @@
+"""GPU pinning and exclusivity (lab/gpu.py), tested on CPU with lock files: timing jobs lock a GPU
+exclusively, correctness jobs share one, and no timing job ever runs beside another job."""
+import multiprocessing as mp
+import os
+
+import pytest
+
+from lab import gpu
+
+
+def _hold(lock_dir, gpus, exclusive, ready, release, result):
+    got, _handle = gpu.claim(gpus, lock_dir, exclusive)
+    result.put(got)
+    ready.set()
+    release.wait(10)
+
+
+@pytest.fixture
+def holder(tmp_path):
+    """Start a process that holds a lock until the test ends."""
+    ctx = mp.get_context("spawn")
+    procs = []
+
+    def start(gpus, exclusive):
+        ready, release, result = ctx.Event(), ctx.Event(), ctx.Queue()
+        p = ctx.Process(target=_hold, args=(tmp_path, gpus, exclusive, ready, release, result))
+        p.start()
+        assert ready.wait(30)
+        procs.append((p, release))
+        return result.get(timeout=5)
+
+    yield start
+    for p, release in procs:
+        release.set()
+        p.join(10)
+
+
+def test_exclusive_jobs_get_different_gpus(tmp_path, holder):
+    first = holder(["0", "1"], exclusive=True)
+    second, _ = gpu.claim(["0", "1"], tmp_path, exclusive=True, timeout_s=2)
+    assert {first, second} == {"0", "1"}
+
+
+def test_exclusive_job_waits_while_gpu_is_taken(tmp_path, holder):
+    holder(["0"], exclusive=True)
+    with pytest.raises(TimeoutError):
+        gpu.claim(["0"], tmp_path, exclusive=True, poll_s=0.05, timeout_s=0.5)
+    with pytest.raises(TimeoutError):
+        gpu.claim(["0"], tmp_path, exclusive=False, poll_s=0.05, timeout_s=0.5)
+
+
+def test_shared_jobs_run_together_but_not_beside_a_timing_job(tmp_path, holder):
+    holder(["0"], exclusive=False)
+    got, _ = gpu.claim(["0"], tmp_path, exclusive=False, timeout_s=2)
+    assert got == "0"
+    with pytest.raises(TimeoutError):
+        gpu.claim(["0"], tmp_path, exclusive=True, poll_s=0.05, timeout_s=0.5)
+
+
+def test_pin_sets_visible_devices_before_torch(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    handle = gpu.pin(tmp_path, exclusive=True)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] in ("3", "5")
+    handle.close()
+
+
+def test_no_gpu_means_no_pinning(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu, "visible_gpus", lambda: [])
+    assert gpu.pin(tmp_path, exclusive=True) is None

@@ -1,0 +1,71 @@
+import pytest
+import torch
+from scipy import stats
+
+from conftest import DEVICE, FLOAT_DTYPES, randn
+from kernels import relu_dropout, relu_dropout_ref
+
+
+def positive(n, seed=0):
+    """Inputs relu keeps, so an output zero means 'dropped'."""
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    return torch.rand(n, generator=g, device=DEVICE) + 0.5
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_drop_rate_is_binomial(p):
+    """The writeup's check, done as a test: the drop count of 100000 elements ~ Binomial(100000, p)."""
+    n = 100_000
+    dropped = int((relu_dropout(positive(n), p, seed=123) == 0).sum())
+    assert abs(dropped / n - p) < 0.01  # the writeup's band
+    assert stats.binomtest(dropped, n, p).pvalue > 1e-4
+
+
+def test_rates_across_seeds_are_binomial():
+    n, p = 20_000, 0.3
+    counts = [int((relu_dropout(positive(n), p, seed=s) == 0).sum()) for s in range(20)]
+    assert stats.binomtest(sum(counts), n * 20, p).pvalue > 1e-4
+    z = [(c - n * p) / (n * p * (1 - p)) ** 0.5 for c in counts]
+    assert stats.kstest(z, "norm").pvalue > 1e-4  # the spread matches too, not only the mean
+
+
+def test_neighbours_are_independent():
+    keep = (relu_dropout(positive(50_000), 0.5, seed=9) != 0).float().cpu().numpy()
+    assert stats.pearsonr(keep[:-1], keep[1:]).pvalue > 1e-4
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("n", [1, 97, 1025, 3001])
+def test_survivors_scaled_by_one_over_keep(n, dtype):
+    p = 0.25
+    x = randn(n, dtype=dtype, seed=4)
+    out = relu_dropout(x, p, seed=5)
+    keep = (out != 0) | (x <= 0)
+    ref = relu_dropout_ref(x, p, keep)
+    # Both round the fp32 quotient to dtype; allow one ulp for 1/(1-p) computed in fp32 vs double.
+    assert torch.allclose(out.float(), ref.float(), rtol=2 * torch.finfo(dtype).eps, atol=0)
+    assert (out[x <= 0] == 0).all()
+
+
+def test_same_seed_same_output_other_seed_differs():
+    x = positive(10_000)
+    a, b, c = relu_dropout(x, 0.5, 7), relu_dropout(x, 0.5, 7), relu_dropout(x, 0.5, 8)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+def test_p_zero_is_relu():
+    x = randn(1000)
+    assert torch.equal(relu_dropout(x, 0.0, 1), torch.relu(x))
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5, float("nan"), "0.5", True])
+def test_bad_p_is_refused(p):
+    with pytest.raises(ValueError, match="p must be"):
+        relu_dropout(randn(10), p, 0)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**31, 1.5])
+def test_bad_seed_is_refused(seed):
+    with pytest.raises(ValueError, match="seed"):
+        relu_dropout(randn(10), 0.5, seed)
