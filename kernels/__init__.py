@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-from . import backend  # no side effects: choosing happens on first kernel use
+from . import backend  # noqa: F401  (no side effects: choosing happens on first kernel use)
 
 _PUBLIC = {
     "vector_add": "_vector_add", "vector_add_ref": "_vector_add",

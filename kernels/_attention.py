@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import math
 
-import torch
-import triton
-import triton.language as tl
+from . import backend
 
-from . import _checks, backend
+# Before triton is imported: Triton reads TRITON_INTERPRET when it defines jit functions, its own included.
+backend.select()
 
-backend.select()  # before any @triton.jit: Triton reads TRITON_INTERPRET when a kernel is defined
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from . import _checks  # noqa: E402
+
 
 MIN_DOT = 16  # tl.dot needs every block dimension >= 16 on the GPU
 

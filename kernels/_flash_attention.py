@@ -21,13 +21,17 @@ from __future__ import annotations
 import math
 import os
 
-import torch
-import triton
-import triton.language as tl
+from . import backend
 
-from . import _checks, backend
+# Before triton is imported: Triton reads TRITON_INTERPRET when it defines jit functions, its own included.
+backend.select()
 
-backend.select()  # before any @triton.jit: Triton reads TRITON_INTERPRET when a kernel is defined
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+import triton.testing  # noqa: E402
+
+from . import _checks  # noqa: E402
 
 LOG2E = 1.4426950408889634
 HEAD_DIMS = (16, 256)
@@ -36,15 +40,20 @@ HEAD_DIMS = (16, 256)
 AUTOTUNE = os.environ.get("KERNELS_AUTOTUNE", "1") != "0"
 
 
+def _tuning_bench(fn, quantiles):
+    # Shorter than do_bench's 25 ms warmup / 100 ms timing: tiles that differ by less than this
+    # noise are equally good, and a sweep tunes dozens of shapes.
+    return triton.testing.do_bench(fn, warmup=10, rep=40, quantiles=quantiles)
+
+
 def tiles(kind: str, interpreter: bool) -> list[triton.Config]:
     """Candidate tiles (BLOCK_M, BLOCK_N, warps, stages) for 'fwd' or 'bwd', in order of preference."""
     if interpreter:  # one small tile: the interpreter's cost is per program
         return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
     if kind == "fwd":
-        shapes = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2),
-                  (32, 32, 4, 1)]
+        shapes = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4), (64, 64, 4, 3), (64, 32, 4, 2), (32, 32, 4, 1)]
     else:
-        shapes = [(64, 64, 4, 2), (64, 128, 8, 2), (128, 64, 8, 2), (32, 64, 4, 2), (64, 32, 4, 2), (32, 32, 4, 1)]
+        shapes = [(64, 64, 4, 2), (64, 128, 8, 2), (128, 64, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)]
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in shapes]
 
 
@@ -62,7 +71,8 @@ def _prune(configs, named_args, **kwargs):
 
 def _autotune(kind: str):
     return triton.autotune(configs=tiles(kind, backend.current() == "interpreter"),
-                           key=["seq_q", "seq_k", "BLOCK_D", "CAUSAL"], prune_configs_by={"early_config_prune": _prune})
+                           key=["seq_q", "seq_k", "BLOCK_D", "CAUSAL"], prune_configs_by={"early_config_prune": _prune},
+                           do_bench=_tuning_bench)
 
 
 @triton.jit
@@ -291,6 +301,12 @@ _bwd_dkdv = _autotune("bwd")(_flash_bwd_dkdv_kernel)
 _bwd_dq = _autotune("bwd")(_flash_bwd_dq_kernel)
 
 
+def tiles_in_use() -> dict[str, str]:
+    """The tile each kernel ran with last (autotuned or first fitting): recorded beside timings."""
+    return {name: str(getattr(kernel, "best_config", "")) for name, kernel in
+            (("fwd", _fwd), ("bwd_dkdv", _bwd_dkdv), ("bwd_dq", _bwd_dq))}
+
+
 def _block_d(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
@@ -300,7 +316,7 @@ def _forward(q, k, v, causal: bool, sm_scale: float):
     seq_k = k.shape[2]
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous whatever q's strides
     lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
-    grid = lambda meta: (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * heads)
+    grid = (lambda meta: (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * heads))
     _fwd[grid](q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
                heads, seq_q, seq_k, sm_scale * LOG2E,
                HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), CAUSAL=causal)

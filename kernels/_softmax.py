@@ -7,13 +7,17 @@ no warning. ``softmax(x)`` is the one-line fix: the block is sized to the row.
 """
 from __future__ import annotations
 
-import torch
-import triton
-import triton.language as tl
+from . import backend
 
-from . import _checks, backend
+# Before triton is imported: Triton reads TRITON_INTERPRET when it defines jit functions, its own included.
+backend.select()
 
-backend.select()  # before any @triton.jit: Triton reads TRITON_INTERPRET when a kernel is defined
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from . import _checks  # noqa: E402
+
 
 BUGGY_BLOCK_SIZE = 1024  # the writeup's hard-coded value
 

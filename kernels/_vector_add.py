@@ -1,13 +1,17 @@
 """Kernel 1 of the writeup: out = x + y, one program per BLOCK_SIZE-element chunk."""
 from __future__ import annotations
 
-import torch
-import triton
-import triton.language as tl
+from . import backend
 
-from . import _checks, backend
+# Before triton is imported: Triton reads TRITON_INTERPRET when it defines jit functions, its own included.
+backend.select()
 
-backend.select()  # before any @triton.jit: Triton reads TRITON_INTERPRET when a kernel is defined
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from . import _checks  # noqa: E402
+
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.int32)
 

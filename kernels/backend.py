@@ -14,6 +14,7 @@ before the first kernel import to override the automatic choice:
 from __future__ import annotations
 
 import os
+import sys
 
 CHOICES = ("auto", "gpu", "interpreter", "aot")
 ENV_VAR = "KERNELS_BACKEND"
@@ -57,7 +58,10 @@ def select(requested: str | None = None) -> str:
                                f"choose the backend before the first kernel is used")
         return _selected
     backend = resolve(requested)
-    if backend == "interpreter":
+    if backend == "interpreter" and os.environ.get("TRITON_INTERPRET") != "1":
+        if "triton" in sys.modules:  # its own @jit helpers (tl.max, tl.rand, ...) are already compiled-mode
+            raise RuntimeError("triton was imported before the interpreter was chosen; import kernels first, "
+                               "or set TRITON_INTERPRET=1 before importing triton")
         os.environ["TRITON_INTERPRET"] = "1"
     os.environ[ENV_VAR] = backend
     _selected = backend

@@ -47,8 +47,12 @@ def dropout_rates(t, s):
     measured = (f"seed {int(single['seed'].iloc[0])}: {rates}; over {seeds} seeds the worst |rate - p| is "
                 f"{worst:.4f}; survivors equal relu(x)/(1-p) within {ulp:.0f} ulp")
     tolerance = ok(d, metric="within_tolerance_single_seed")["tolerance"].iloc[0]
-    good = within.all() and worst <= tolerance and ulp <= s["max_ulp"]
-    return measured, REPRODUCED if good else NOT_REPRODUCED
+    if not (within.all() and worst <= tolerance and ulp <= s["nuance_ulp"]):
+        return measured, NOT_REPRODUCED
+    if ulp <= s["max_ulp"]:
+        return measured, REPRODUCED
+    return (measured + " - not bit-exact: Triton lowers fp32 `/` to the GPU's approximate division (div.full.f32, "
+            "<= 2 ulp) and the kernel rounds 1-p to fp32 before dividing", NUANCE)
 
 
 def dropout_distribution(t, s):

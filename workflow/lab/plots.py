@@ -9,6 +9,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from .summary import MEMORY_BOUND  # noqa: E402
+
 sns.set_theme(style="whitegrid", context="notebook")
 
 
@@ -82,7 +84,7 @@ def bandwidth(tables: dict[str, pd.DataFrame], copy_gbps: float | None) -> plt.F
         return placeholder("memory-bound kernels: bandwidth", pd.concat(tables.values()))
     fig, axes = plt.subplots(1, len(tables), figsize=(5.5 * len(tables), 4.2), squeeze=False)
     for ax, (kernel, d) in zip(axes[0], measured.items()):
-        x = "n_cols" if kernel == "softmax" else "size"
+        x = MEMORY_BOUND[kernel]
         if kernel == "softmax":
             d = d[d["dtype"] == d["dtype"].iloc[0]].assign(provider=lambda f: f["provider"] + " " + f["dtype"])
         _band(ax, d, x, "provider", "bandwidth")
@@ -116,10 +118,11 @@ def wall(attn: pd.DataFrame, flash: pd.DataFrame) -> plt.Figure:
 
 def flash_performance(df: pd.DataFrame, matmul_tflops: float | None) -> plt.Figure:
     d = _measured(df)
+    d = d[d["metric"] == "throughput"]
     if d.empty:
         return placeholder("flash_attention: TFLOP/s vs SDPA", df)
     d = d.assign(case=lambda f: f["variant"] + ", d=" + f["d"].astype(int).astype(str)
-                 + (", causal").where(f["causal"].astype(bool), ""))
+                 + f["causal"].astype(bool).map({True: ", causal", False: ""}))
     cases = sorted(d["case"].unique())
     cols = 4
     rows = -(-len(cases) // cols)

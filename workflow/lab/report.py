@@ -44,7 +44,7 @@ def _performance(tables: dict[str, pd.DataFrame]) -> str:
            f"bf16 matmul **{ceil['matmul_tflops']:.0f} TFLOP/s**, shared memory per block "
            f"**{ceil['shared_memory_per_block']} B**. Medians of `triton.testing.do_bench`; p20/p80 are in the tables."]
     out.append("\n### Memory-bound kernels: best median bandwidth and fraction of the copy ceiling\n")
-    for kernel, x in (("vector_add", "size"), ("relu_dropout", "size"), ("softmax", "n_cols")):
+    for kernel, x in summary.MEMORY_BOUND.items():
         peak = summary.peak_bandwidth(tables[f"{kernel}/performance"], ceil["copy_gbps"], x)
         out.append(f"**{kernel}**\n\n" + _md_table(peak) + "\n")
     dr = summary.fused_vs_unfused(tables["relu_dropout/performance"], "triton_fused", "torch_unfused", "size")
@@ -61,9 +61,18 @@ def _performance(tables: dict[str, pd.DataFrame]) -> str:
         out.append("\n### The writeup's attention kernel vs SDPA, TFLOP/s (where it runs)\n\n" + _md_table(wide))
     w = summary.wall(tables["attention/wall"])
     out.append("\n### The wall\n\n" + _md_table(w))
-    f = summary.flash_vs_sdpa(tables["flash_attention/performance"], ceil["matmul_tflops"])
+    perf = tables["flash_attention/performance"]
+    f = summary.flash_vs_sdpa(perf, ceil["matmul_tflops"])
     if not f.empty:
         out.append("\n### flash_attention vs SDPA backends, median TFLOP/s (bf16)\n\n" + _md_table(f))
+        floor = summary.launch_floor(perf)
+        out.append("\nTime per call at B=1, H=1, S=16, D=64 (the per-call host overhead that bounds short sequences): "
+                   + ", ".join(f"{p} {us:.0f} us" for p, us in sorted(floor.items())) + ".")
+        tiles = summary.median(perf, "throughput", provider="triton_flash")
+        cols = [c for c in tiles.columns if c.startswith("tile_")]
+        if cols:
+            used = tiles[["variant", "d", "causal", "seq", *cols]].sort_values(["variant", "d", "causal", "seq"])
+            out.append("\nTiles the autotuner chose for flash_attention:\n\n" + _md_table(used))
     return "\n".join(out)
 
 

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+# The memory-bound kernels and the column their performance tables sweep.
+MEMORY_BOUND = {"vector_add": "size", "relu_dropout": "size", "softmax": "n_cols"}
+
 
 def ok(df: pd.DataFrame, **where) -> pd.DataFrame:
     d = df[df["status"] == "ok"]
@@ -77,8 +80,8 @@ def ceiling_fractions(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     if not ceil:
         return pd.DataFrame()
     rows = []
-    for kernel in ("vector_add", "relu_dropout", "softmax"):
-        for r in peak_bandwidth(tables[f"{kernel}/performance"], ceil["copy_gbps"]).itertuples():
+    for kernel, x in MEMORY_BOUND.items():
+        for r in peak_bandwidth(tables[f"{kernel}/performance"], ceil["copy_gbps"], x).itertuples():
             label = f"{kernel} / {r.provider}" + (f" {r.dtype}" if hasattr(r, "dtype") else "")
             rows.append({"label": label, "fraction": r.fraction_of_copy, "ceiling": "device copy GB/s"})
     flash = median(tables["flash_attention/performance"], "throughput")
@@ -86,3 +89,9 @@ def ceiling_fractions(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
         rows.append({"label": f"attention {variant} / {provider}", "fraction": g["value"].max() / ceil["matmul_tflops"],
                      "ceiling": "bf16 matmul TFLOP/s"})
     return pd.DataFrame(rows).assign(device=ceil["device"])
+
+
+def launch_floor(df: pd.DataFrame) -> dict[str, float]:
+    """Median microseconds per call on a 16-token problem, per provider."""
+    d = median(df, "time_ms", variant="launch_floor")
+    return {r.provider: r.value * 1e3 for r in d.itertuples()}

@@ -1,7 +1,8 @@
 # One job per kernel x experiment, each writing one tidy parquet table. One rule per kernel, so
 #   snakemake --cores 1 --forcerun softmax results/<run>/softmax/bug.parquet
-# reruns that experiment alone. Timing jobs claim `gpu=1` (declare the GPUs with --resources gpu=N or
-# a profile) and, at run time, an exclusive lock on one GPU (lab/gpu.py): no other job shares it.
+# reruns that experiment alone. On the GPU backend every job asks for `gpu=1` (so --resources gpu=N or a
+# cluster executor can count and place them) and, at run time, locks one GPU (lab/gpu.py): timing jobs
+# exclusively, so nothing shares a GPU that is being timed.
 for _kernel, _experiments in EXPERIMENTS.items():
 
     rule:
@@ -17,6 +18,6 @@ for _kernel, _experiments in EXPERIMENTS.items():
             kernel=_kernel,
             lock_dir=GPU_LOCKS,
         resources:
-            gpu=lambda wc: int(BACKEND == "gpu" and wc.experiment in TIMING),
+            gpu=int(BACKEND == "gpu"),
         script:
             "../scripts/experiment.py"

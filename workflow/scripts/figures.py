@@ -18,7 +18,7 @@ elif family == "wall":
     plots.save(plots.flash_memory(tables["past_wall"]), smk.output.memory)
 elif family == "performance":
     ceil = summary.ceilings(tables["calibration/ceilings"])
-    memory_bound = {k: tables[f"{k}/performance"] for k in ("vector_add", "relu_dropout", "softmax")}
+    memory_bound = {k: tables[f"{k}/performance"] for k in summary.MEMORY_BOUND}
     plots.save(plots.bandwidth(memory_bound, ceil.get("copy_gbps")), smk.output.bandwidth)
     plots.save(plots.ceiling_fraction(summary.ceiling_fractions(tables)), smk.output.fractions)
     plots.save(plots.flash_performance(tables["flash_attention/performance"], ceil.get("matmul_tflops")),

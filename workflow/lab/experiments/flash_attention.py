@@ -109,6 +109,7 @@ def performance(s: dict) -> list[dict]:
     if not is_gpu():
         return [needs_gpu("timing flash_attention")]
     from kernels import flash_attention
+    from kernels._flash_attention import tiles_in_use
 
     rows, b, h = [], s["batch"], s["heads"]
     for d in s["head_dims"]:
@@ -129,7 +130,24 @@ def performance(s: dict) -> list[dict]:
                         except RuntimeError as e:  # a backend that does not support this shape/device
                             rows.append(row("time_ms", None, status="unsupported", error=str(e)[:300], variant=mode, **params))
                             continue
-                        rows += timing_rows(times, tflop, "TFLOP", variant=mode, **params)
+                        tiles = tiles_in_use() if provider == "triton_flash" else {}
+                        rows += timing_rows(times, tflop, "TFLOP", variant=mode, **params,
+                                            **{f"tile_{k}": v for k, v in tiles.items()})
+    return rows + _launch_floor(s)
+
+
+def _launch_floor(s: dict) -> list[dict]:
+    """Time per call on a problem too small to keep the GPU busy: the per-call host overhead
+    (argument checks, autograd, autotuner lookup, launch) that bounds short sequences."""
+    from kernels import flash_attention
+
+    q, k, v = _qkv(1, 1, 16, 16, 64, s["dtype"], s["seed"])
+    providers = {"triton_flash": lambda: flash_attention(q, k, v)}
+    providers.update({name: (lambda be=be: _sdpa(q, k, v, be)) for name, be in SDPA_BACKENDS.items()})
+    rows = []
+    with torch.no_grad():
+        for provider, fn in providers.items():
+            for quantile, ms in bench(fn, **s["bench"]).items():
+                rows.append(row("time_ms", ms, "ms", variant="launch_floor", provider=provider, quantile=quantile,
+                                batch=1, heads=1, seq=16, d=64, dtype=s["dtype"]))
     return rows
-
-

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..measure import BF16_IN_INTERPRETER, bench, dtype, is_gpu, randn, runnable, timing_rows
+from ..measure import BF16_IN_INTERPRETER, bench, is_gpu, randn, runnable, timing_rows
 from ..table import needs_gpu, row
 
 
