@@ -302,9 +302,12 @@ _bwd_dq = _autotune("bwd")(_flash_bwd_dq_kernel)
 
 
 def tiles_in_use() -> dict[str, str]:
-    """The tile each kernel ran with last (autotuned or first fitting): recorded beside timings."""
-    return {name: str(getattr(kernel, "best_config", "")) for name, kernel in
-            (("fwd", _fwd), ("bwd_dkdv", _bwd_dkdv), ("bwd_dq", _bwd_dq))}
+    """The tile each kernel last ran with (autotuned or first fitting), as BLOCK_MxBLOCK_N/warps/stages."""
+    def describe(kernel) -> str:
+        c = getattr(kernel, "best_config", None)
+        return f"{c.kwargs['BLOCK_M']}x{c.kwargs['BLOCK_N']}/w{c.num_warps}/s{c.num_stages}" if c else ""
+
+    return {"fwd": describe(_fwd), "bwd_dkdv": describe(_bwd_dkdv), "bwd_dq": describe(_bwd_dq)}
 
 
 def _block_d(head_dim: int) -> int:

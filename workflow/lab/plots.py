@@ -169,9 +169,10 @@ def ceiling_fraction(fractions: pd.DataFrame) -> plt.Figure:
     """Best median throughput of every kernel and peer as a fraction of the ceiling that bounds it."""
     if fractions.empty:
         return placeholder("fraction of the measured ceilings", pd.DataFrame({"device": ["no GPU"], "error": ["needs a GPU"]}))
-    fig, ax = plt.subplots(figsize=(9, 0.35 * len(fractions) + 1.5))
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(fractions) + 2))
     sns.barplot(data=fractions, y="label", x="fraction", hue="ceiling", dodge=False, ax=ax)
     ax.axvline(1.0, color="black", lw=1)
+    sns.move_legend(ax, "upper center", bbox_to_anchor=(0.4, -0.12), ncol=2, title=None, frameon=False)
     ax.set(xlabel="fraction of the ceiling measured in the same run", ylabel="")
     ax.set_title(f"best median throughput / measured ceiling ({fractions['device'].iloc[0]})")
     fig.tight_layout()

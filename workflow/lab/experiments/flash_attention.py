@@ -131,6 +131,8 @@ def performance(s: dict) -> list[dict]:
                             rows.append(row("time_ms", None, status="unsupported", error=str(e)[:300], variant=mode, **params))
                             continue
                         tiles = tiles_in_use() if provider == "triton_flash" else {}
+                        if mode == "fwd":  # the backward tiles belong to the previous shape
+                            tiles = {k: v for k, v in tiles.items() if k == "fwd"}
                         rows += timing_rows(times, tflop, "TFLOP", variant=mode, **params,
                                             **{f"tile_{k}": v for k, v in tiles.items()})
     return rows + _launch_floor(s)
