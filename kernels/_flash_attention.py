@@ -319,10 +319,9 @@ def _forward(q, k, v, causal: bool, sm_scale: float):
     seq_k = k.shape[2]
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous whatever q's strides
     lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
-    grid = (lambda meta: (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * heads))
-    _fwd[grid](q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-               heads, seq_q, seq_k, sm_scale * LOG2E,
-               HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), CAUSAL=causal)
+    _fwd[lambda meta: (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * heads)](
+        q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+        heads, seq_q, seq_k, sm_scale * LOG2E, HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), CAUSAL=causal)
     return o, lse
 
 

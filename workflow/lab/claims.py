@@ -152,7 +152,9 @@ def attention_wall(t, s):
              f"(needs {r['shared memory required (B)']} B > {r['limit (B)']} B)" for _, r in failed.iterrows()]
     err = d[d["status"] == "out_of_resources"]["error"].iloc[0] if len(failed) else ""
     measured = (f"on {d['device'].iloc[0]} with triton {d['triton'].iloc[0]}: " + "; ".join(parts)
-                + f". Error: \"{err.splitlines()[0] if err else ''}\"")
+                + f". Error: \"{err.splitlines()[0] if err else ''}\". The nuance: the wall is not one length - "
+                "it sits where BLOCK_K = next_power_of_2(n_k) doubles past what fits, so it moves with head dim, "
+                "dtype, block sizes and the Triton version")
     return measured, NUANCE if len(failed) == len(w) else NOT_REPRODUCED
 
 
@@ -192,7 +194,8 @@ def flash_past_wall(t, s):
             f"max |diff| vs fp32 reference {runs['value'].max():.2g}); correctness grid (fwd + grads, odd lengths, "
             f"odd head dims, causal, strided): {int(corr.sum())}/{len(corr)} within the FlashAttention rule")
     if flash["backend"].iloc[0] != "gpu":
-        return base + "; the interpreter has no shared-memory limit, so running past the wall needs a GPU to mean anything", NEEDS_GPU
+        return (base + "; the interpreter has no shared-memory limit, so running past the wall needs a GPU to mean anything",
+                NEEDS_GPU)
     fail = walls[(walls["status"] == "out_of_resources") & (walls["dtype"] == runs["dtype"].iloc[0])
                  & (walls["d"] == runs["d"].iloc[0])]
     wall_at = int(fail["n_k"].min()) if len(fail) else None

@@ -10,6 +10,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from .summary import MEMORY_BOUND  # noqa: E402
+from .table import atomic_path  # noqa: E402
 
 sns.set_theme(style="whitegrid", context="notebook")
 
@@ -155,14 +156,9 @@ def flash_memory(df: pd.DataFrame) -> plt.Figure:
 
 
 def save(fig: plt.Figure, path: str) -> None:
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", suffix=".png")
-    os.close(fd)
-    fig.savefig(tmp, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def ceiling_fraction(fractions: pd.DataFrame) -> plt.Figure:

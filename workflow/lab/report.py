@@ -9,7 +9,7 @@ import yaml
 
 from . import claims as claims_mod
 from . import summary
-from .table import PROVENANCE
+from .table import PROVENANCE, atomic_path
 
 
 def _md_table(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
@@ -95,9 +95,6 @@ def build(tables: dict[str, pd.DataFrame], claims_path: str, figures: list[str],
         "## Figures\n\n" + "\n\n".join(f"![{Path(f).stem}]({fig_dir}/{Path(f).name})" for f in figures),
         "## Tables\n\n" + "\n".join(f"- `{k}.parquet`: {len(v)} rows" for k, v in sorted(tables.items())),
     ]
-    text = "\n\n".join(parts) + "\n"
-    tmp = f"{out_path}.tmp"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, out_path)
+    with atomic_path(out_path) as tmp:
+        tmp.write_text("\n\n".join(parts) + "\n")
     return verdicts

@@ -7,8 +7,8 @@ device, software and config that made it.
 """
 from __future__ import annotations
 
+import contextlib
 import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -48,18 +48,23 @@ def to_frame(rows: list[dict], kernel: str, experiment: str, provenance: dict) -
     return df[ordered]
 
 
-def write_parquet(df: pd.DataFrame, path: str | os.PathLike) -> None:
-    """Write next to the target, then rename: a reader never sees a half-written file."""
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike):
+    """Yield a temporary path beside ``path``; rename it over ``path`` only if the block succeeds,
+    so a reader never sees a half-written file and a failure keeps the old one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        df.to_parquet(tmp, index=False)
+        yield tmp
         os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
+
+
+def write_parquet(df: pd.DataFrame, path: str | os.PathLike) -> None:
+    with atomic_path(path) as tmp:
+        df.to_parquet(tmp, index=False)
 
 
 def read(paths) -> pd.DataFrame:

@@ -1,5 +1,5 @@
 # One job per kernel x experiment, each writing one tidy parquet table. One rule per kernel, so
-#   snakemake --cores 1 --forcerun softmax results/<run>/softmax/bug.parquet
+#   snakemake --cores 1 results/<run>/softmax/bug.parquet --forcerun softmax
 # reruns that experiment alone. On the GPU backend every job asks for `gpu=1` (so --resources gpu=N or a
 # cluster executor can count and place them) and, at run time, locks one GPU (lab/gpu.py): timing jobs
 # exclusively, so nothing shares a GPU that is being timed.
