@@ -21,6 +21,7 @@ settings.check(config)  # what a JSON schema cannot say (ordered ranges, ...), b
 
 import kernels.backend  # noqa: E402  (no side effects: resolves, does not select)
 from lab import provenance  # noqa: E402
+from lab.runner import TIMING  # noqa: E402  (experiments that time: ceilings, performance)
 
 BACKEND = kernels.backend.resolve(config["backend"])
 config["backend"] = BACKEND  # every job runs on the backend resolved here, once

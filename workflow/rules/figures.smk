@@ -44,7 +44,7 @@ rule figure_wall:
 
 rule figure_performance:
     input:
-        **{key.replace("/", "__"): path for key, path in all_tables().items()},
+        **{key.replace("/", "__"): path for key, path in all_tables().items() if key.endswith(TIMING)},
     output:
         bandwidth=report(figure("bandwidth.png"), caption="../report/bandwidth.rst", category="Performance"),
         fractions=report(figure("ceiling_fraction.png"), caption="../report/ceiling_fraction.rst", category="Performance"),
