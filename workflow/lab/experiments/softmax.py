@@ -32,8 +32,8 @@ def bug(s: dict) -> list[dict]:
     """Sweep n_cols across the hard-coded 1024 in both modes.
 
     Columns dropped are counted exactly: the output is pre-filled with NaN, so a column still NaN after
-    the call was never written. The max abs diff is read the way the writeup saw it, from an output
-    that starts as zeros (its values past column 1024 are whatever memory held).
+    the call was never written. The max abs diff is read from an output that starts as zeros, so the
+    unwritten columns count as 0 rather than as whatever memory happened to hold.
     """
     from kernels import softmax, softmax_ref
 
