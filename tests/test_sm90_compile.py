@@ -30,10 +30,7 @@ def test_flash_first_fitting_tile_compiles_and_fits(kernel, n_ptr, kind, dtype, 
 
 
 def test_writeup_attention_needs_more_shared_memory_as_n_k_grows():
-    from kernels._attention import launch_config
+    from lab.experiments.attention import hopper_shared_bytes
 
-    types = dict(q_ptr="*fp16", k_ptr="*fp16", v_ptr="*fp16", out_ptr="*fp16", row_stride="i32", col_stride="i32",
-                 n_rows="i32", n_cols="i32", head_dim="i32", scale="fp32")
-    small, large = (shared_memory_bytes("kernels._attention", "_attention_kernel", types, launch_config(n, 64))
-                    for n in (128, 512))
+    small, large = (hopper_shared_bytes(n, 64, "float16") for n in (128, 512))
     assert large >= 3 * small  # K and the score tile grow linearly with n_k

@@ -43,6 +43,11 @@ def randn(shape, dtype_name: str, seed: int, scale: float = 1.0) -> torch.Tensor
     return x.to(dtype(dtype_name))
 
 
+def eps_for(eps: dict, dtype_name: str) -> float:
+    """The tolerance for this dtype on this backend: fp32 tl.dot is TF32 on the GPU ('float32_tf32')."""
+    return eps[dtype_name + ("_tf32" if dtype_name == "float32" and is_gpu() else "")]
+
+
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     if a.numel() == 0:
         return 0.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..measure import BF16_IN_INTERPRETER, bench, is_gpu, max_abs_diff, randn, runnable, timing_rows, within_fa_rule
+from ..measure import BF16_IN_INTERPRETER, bench, eps_for, is_gpu, max_abs_diff, randn, runnable, timing_rows, within_fa_rule
 from ..table import needs_gpu, row
 
 
@@ -21,7 +21,7 @@ def correctness(s: dict) -> list[dict]:
 
     rows = []
     for dtype_name in s["dtypes"]:
-        eps = s["eps"][dtype_name + ("_tf32" if dtype_name == "float32" and is_gpu() else "")]
+        eps = eps_for(s["eps"], dtype_name)
         for n_q, n_k, d in s["shapes"]:
             params = dict(dtype=dtype_name, n_q=n_q, n_k=n_k, d=d, dot_precision=dot_precision(dtype_name), eps=eps)
             if not runnable(dtype_name):
@@ -39,7 +39,7 @@ def correctness(s: dict) -> list[dict]:
     return rows
 
 
-def _hopper_shared_bytes(n_k: int, d: int, dtype_name: str) -> int:
+def hopper_shared_bytes(n_k: int, d: int, dtype_name: str) -> int:
     """Shared memory the writeup's kernel needs on sm_90, by compiling it here (no GPU needed)."""
     from kernels._attention import launch_config
 
@@ -88,13 +88,13 @@ def _sweep_until_wall(s: dict, dtype_name: str, d: int, limit: int) -> list[dict
 
 
 def _wall_compiled(s: dict) -> list[dict]:
+    from kernels._attention import launch_config
+
     rows = []
     for n_k in s["n_k"]:
-        from kernels._attention import launch_config
-
         params = dict(dtype=s["dtype"], d=s["head_dim"], n_k=n_k, block_k=launch_config(n_k, s["head_dim"])["BLOCK_K"],
                       target="sm_90")
-        rows.append(row("shared_required", _hopper_shared_bytes(n_k, s["head_dim"], s["dtype"]), "bytes",
+        rows.append(row("shared_required", hopper_shared_bytes(n_k, s["head_dim"], s["dtype"]), "bytes",
                         status="compiled_only",
                         error="compiled for sm_90 on a CPU machine; whether it launches needs a GPU", **params))
     return rows

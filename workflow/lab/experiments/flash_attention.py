@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..measure import BF16_IN_INTERPRETER, bench, is_gpu, max_abs_diff, randn, runnable, timing_rows, within_fa_rule
+from ..measure import BF16_IN_INTERPRETER, bench, eps_for, is_gpu, max_abs_diff, randn, runnable, timing_rows, within_fa_rule
 from ..table import needs_gpu, row
 from .attention import lengths
 
@@ -36,7 +36,7 @@ def correctness(s: dict) -> list[dict]:
 
     rows, b, h = [], s["batch"], s["heads"]
     for dtype_name in s["dtypes"]:
-        eps = s["eps"][dtype_name + ("_tf32" if dtype_name == "float32" and is_gpu() else "")]
+        eps = eps_for(s["eps"], dtype_name)
         for case in _cases(s):
             params = dict(dtype=dtype_name, batch=b, heads=h, eps=eps, **case)
             if not runnable(dtype_name):
