@@ -12,21 +12,23 @@ import importlib
 
 from . import backend  # noqa: F401  (no side effects: choosing happens on first kernel use)
 
-_PUBLIC = {
+# public name -> the module that defines it (also read by lab.sources to find what an experiment runs)
+EXPORTS = {
     "vector_add": "_vector_add", "vector_add_ref": "_vector_add",
     "relu_dropout": "_relu_dropout", "relu_dropout_ref": "_relu_dropout",
     "softmax": "_softmax", "softmax_ref": "_softmax", "softmax_naive": "_softmax",
     "softmax_unfused": "_softmax",
-    "attention": "_attention", "attention_ref": "_attention",
+    "attention": "_attention", "attention_ref": "_attention", "launch_config": "_attention",
     "flash_attention": "_flash_attention", "flash_attention_ref": "_flash_attention",
+    "tiles_in_use": "_flash_attention",
 }
-__all__ = sorted(_PUBLIC)
+__all__ = sorted(EXPORTS)
 
 
 def __getattr__(name: str):
-    if name not in _PUBLIC:
+    if name not in EXPORTS:
         raise AttributeError(f"module 'kernels' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+    value = getattr(importlib.import_module(f".{EXPORTS[name]}", __name__), name)
     globals()[name] = value
     return value
 

@@ -12,16 +12,10 @@ from __future__ import annotations
 
 import math
 
-from . import backend
+import torch
 
-# Before triton is imported: Triton reads TRITON_INTERPRET when it defines jit functions, its own included.
-backend.select()
-
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from . import _checks  # noqa: E402
+from . import _checks
+from ._triton import tl, triton
 
 
 MIN_DOT = 16  # tl.dot needs every block dimension >= 16 on the GPU

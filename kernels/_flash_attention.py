@@ -21,17 +21,10 @@ from __future__ import annotations
 import math
 import os
 
-from . import backend
+import torch
 
-# Before triton is imported: Triton reads TRITON_INTERPRET when it defines jit functions, its own included.
-backend.select()
-
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-import triton.testing  # noqa: E402
-
-from . import _checks  # noqa: E402
+from . import _checks, backend
+from ._triton import tl, triton
 
 LOG2E = 1.4426950408889634
 HEAD_DIMS = (16, 256)

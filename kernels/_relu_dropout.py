@@ -2,16 +2,10 @@
 random numbers per Philox evaluation so the kernel runs at memory speed rather than RNG speed."""
 from __future__ import annotations
 
-from . import backend
+import torch
 
-# Before triton is imported: Triton reads TRITON_INTERPRET when it defines jit functions, its own included.
-backend.select()
-
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from . import _checks  # noqa: E402
+from . import _checks
+from ._triton import tl, triton
 
 
 @triton.jit

@@ -1,16 +1,10 @@
 """Kernel 1 of the writeup: out = x + y, one program per BLOCK_SIZE-element chunk."""
 from __future__ import annotations
 
-from . import backend
+import torch
 
-# Before triton is imported: Triton reads TRITON_INTERPRET when it defines jit functions, its own included.
-backend.select()
-
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from . import _checks  # noqa: E402
+from . import _checks
+from ._triton import tl, triton
 
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.int32)

@@ -5,6 +5,9 @@ A check reads only rows with status 'ok'; what could not be measured here makes 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import pandas as pd
 
 from . import summary
@@ -17,6 +20,27 @@ NEEDS_GPU = "needs a GPU"
 VERDICTS = (REPRODUCED, NUANCE, NOT_REPRODUCED, NEEDS_GPU)
 
 
+@dataclass(frozen=True)
+class Check:
+    id: int
+    tables: tuple[str, ...]
+    fn: Callable
+
+
+CHECKS: dict[int, Check] = {}
+
+
+def claim(id: int, tables: list[str]):
+    """Register the check that settles claim ``id`` of workflow/claims.yaml from ``tables`` (and only those)."""
+    def register(fn):
+        if id in CHECKS:
+            raise ValueError(f"claim {id} has two checks: {CHECKS[id].fn.__name__} and {fn.__name__}")
+        CHECKS[id] = Check(id, tuple(tables), fn)
+        return fn
+
+    return register
+
+
 def _bool(d: pd.DataFrame, metric: str, **where) -> pd.Series:
     return ok(d, metric=metric, **where)["value"].astype(bool)
 
@@ -26,6 +50,7 @@ def _skipped(d: pd.DataFrame) -> str:
     return f" ({n} bf16 cases need a GPU: not run in the interpreter)" if n else ""
 
 
+@claim(1, ['vector_add/correctness'])
 def vector_add_exact(t, s):
     d = t["vector_add/correctness"]
     exact = _bool(d, "exact_match")
@@ -36,6 +61,7 @@ def vector_add_exact(t, s):
     return measured, REPRODUCED if len(exact) and exact.all() else NOT_REPRODUCED
 
 
+@claim(2, ['relu_dropout/statistics'])
 def dropout_rates(t, s):
     d = t["relu_dropout/statistics"]
     single = ok(d, metric="drop_rate_single_seed").sort_values("p")
@@ -55,6 +81,7 @@ def dropout_rates(t, s):
             "<= 2 ulp) and the kernel rounds 1-p to fp32 before dividing", NUANCE)
 
 
+@claim(3, ['relu_dropout/statistics'])
 def dropout_distribution(t, s):
     d = t["relu_dropout/statistics"]
     pooled = ok(d, metric="pooled_binomtest_pvalue")["value"]
@@ -73,6 +100,7 @@ def dropout_distribution(t, s):
     return measured, REPRODUCED if good else NOT_REPRODUCED
 
 
+@claim(4, ['softmax/stability'])
 def softmax_stability(t, s):
     d = ok(t["softmax/stability"])
     bad = d[d["metric"] == "nonfinite_fraction"].pivot_table(index="scale", columns="provider", values="value")
@@ -91,12 +119,14 @@ def _bug_at(t, n_cols, variant):
     return {m: g["value"].iloc[0] for m, g in d.groupby("metric")}
 
 
+@claim(5, ['softmax/bug'])
 def softmax_small_input(t, s):
     r = _bug_at(t, 5, "hardcoded")
     return (f"(4, 5), BLOCK_SIZE=1024: matches torch {bool(r['matches_torch'])}, max |diff| {r['max_abs_diff']:.2g}",
             REPRODUCED if r["matches_torch"] else NOT_REPRODUCED)
 
 
+@claim(6, ['softmax/bug'])
 def softmax_bug_2000(t, s):
     r = _bug_at(t, 2000, "hardcoded")
     measured = (f"n_cols=2000, BLOCK_SIZE=1024: matches torch {bool(r['matches_torch'])}, max |diff| "
@@ -106,12 +136,14 @@ def softmax_bug_2000(t, s):
     return measured, REPRODUCED if silent_and_wrong else NOT_REPRODUCED
 
 
+@claim(7, ['softmax/bug'])
 def softmax_fix_2000(t, s):
     r = _bug_at(t, 2000, "dynamic")
     return (f"n_cols=2000, BLOCK_SIZE=next_power_of_2(2000)=2048: matches torch {bool(r['matches_torch'])}, "
             f"max |diff| {r['max_abs_diff']:.2g}", REPRODUCED if r["matches_torch"] else NOT_REPRODUCED)
 
 
+@claim(8, ['softmax/bug'])
 def softmax_sweep(t, s):
     d = ok(t["softmax/bug"])
     dropped = d[d["metric"] == "columns_dropped"]
@@ -124,6 +156,7 @@ def softmax_sweep(t, s):
     return measured, REPRODUCED if exact and dyn_ok else NOT_REPRODUCED
 
 
+@claim(9, ['attention/correctness'])
 def attention_shapes(t, s):
     d = t["attention/correctness"]
     parts, good = [], True
@@ -138,6 +171,7 @@ def attention_shapes(t, s):
     return "; ".join(parts) + _skipped(d), REPRODUCED if good and allm.all() else NOT_REPRODUCED
 
 
+@claim(10, ['attention/wall'])
 def attention_wall(t, s):
     d = t["attention/wall"]
     if (d["status"] == "compiled_only").all():
@@ -158,6 +192,7 @@ def attention_wall(t, s):
     return measured, NUANCE if len(failed) == len(w) else NOT_REPRODUCED
 
 
+@claim(11, ['calibration/ceilings'])
 def shared_memory(t, s):
     c = summary.ceilings(t["calibration/ceilings"])
     if not c:
@@ -167,6 +202,7 @@ def shared_memory(t, s):
             f"(the kernels' limit): 'tens of kilobytes' understates it, but it is ~1e6x smaller than HBM", NUANCE)
 
 
+@claim(12, ['relu_dropout/performance', 'softmax/performance'])
 def fused_wins(t, s):
     dr, sm = t["relu_dropout/performance"], t["softmax/performance"]
     if ok(dr).empty or ok(sm).empty:
@@ -184,6 +220,7 @@ def fused_wins(t, s):
     return measured, REPRODUCED if good else NOT_REPRODUCED
 
 
+@claim(13, ['attention/wall', 'flash_attention/past_wall', 'flash_attention/correctness'])
 def flash_past_wall(t, s):
     walls = t["attention/wall"]
     flash = t["flash_attention/past_wall"]
@@ -203,14 +240,26 @@ def flash_past_wall(t, s):
     return base + f"; the writeup's kernel fails at n_k={wall_at} on the same device", REPRODUCED if good else NOT_REPRODUCED
 
 
+def check_declarations(claims: list[dict], available) -> None:
+    """Every claim of claims.yaml has exactly one check, and every table a check needs is produced.
+    The workflow calls this when it builds the DAG, so a gap fails before any job runs."""
+    ids = [c["id"] for c in claims]
+    if sorted(ids) != sorted(CHECKS):
+        raise ValueError(f"claims.yaml ids {sorted(ids)} and registered checks {sorted(CHECKS)} differ")
+    for c in CHECKS.values():
+        missing = [k for k in c.tables if k not in available]
+        if missing:
+            raise ValueError(f"claim {c.id} ({c.fn.__name__}) needs tables no experiment produces: {missing}")
+
+
 def settle(claims: list[dict], tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    check_declarations(claims, tables)
     rows = []
     for c in claims:
-        missing = [k for k in c["tables"] if k not in tables]
-        if missing:
-            raise KeyError(f"claim {c['id']} needs tables that were not given: {missing}")
-        measured, verdict = globals()[c["check"]](tables, c.get("settings", {}))
-        assert verdict in VERDICTS, verdict
+        check = CHECKS[c["id"]]
+        measured, verdict = check.fn({k: tables[k] for k in check.tables}, c.get("settings", {}))
+        if verdict not in VERDICTS:
+            raise ValueError(f"claim {c['id']}: unknown verdict {verdict!r}")
         rows.append({"id": c["id"], "claim": c["claim"], "said": c["said"], "measured": measured,
                      "verdict": verdict, "figure": c.get("figure", "")})
     return pd.DataFrame(rows)

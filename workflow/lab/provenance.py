@@ -1,59 +1,115 @@
-"""Where a result came from: device, backend, software versions, commit, time and config."""
+"""Where a result came from: the software and device a job ran on, the commit, and the hashes of
+what determined it (settings and code).
+
+``software()`` is computed twice: by the workflow when it plans a job (it becomes the job's params,
+so a new torch, triton, CUDA, driver or device reruns the job) and by the job itself, which refuses to
+run when the two disagree (the plan would then describe another machine).
+"""
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import importlib.metadata
 import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# What a row records about its origin. The first block is software(), then the job's own context.
+SOFTWARE = ["device", "backend", "torch", "triton", "cuda", "cudnn", "driver"]
+COLUMNS = SOFTWARE + ["gpu_uuid", "sm_clock_mhz", "sm_clock_max_mhz", "git_commit", "git_dirty", "timestamp",
+                      "config_hash", "code_hash", "fingerprint"]
 
 
-def config_hash(config: dict) -> str:
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
+def digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def fingerprint(settings: dict, code_hash: str, software: dict) -> str:
+    """One hash of everything that determines a table; recorded in it, compared on every plan."""
+    return digest({"settings": settings, "code": code_hash, "software": software})
+
+
+def _git(*args) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def git_commit() -> str:
-    # The GPU machine gets a copy of the tree without .git: the caller may pass the commit along.
-    if os.environ.get("LAB_GIT_COMMIT"):
-        return os.environ["LAB_GIT_COMMIT"]
+    # A copy of the tree without .git (the GPU machine's) gets the commit from the caller.
+    return os.environ.get("LAB_GIT_COMMIT") or _git("rev-parse", "--short=12", "HEAD") or "unknown"
+
+
+def git_dirty() -> str:
+    """'true' when tracked files differ from the commit, 'false' when not, 'unknown' without git."""
+    if os.environ.get("LAB_GIT_DIRTY") in ("true", "false"):
+        return os.environ["LAB_GIT_DIRTY"]
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return "unknown" if status is None else str(bool(status)).lower()
+
+
+def nvidia_smi(gpu: str | None = None) -> dict:
+    """Name, driver, UUID and SM clocks of one GPU (nvidia-smi numbering), without touching CUDA."""
+    if not shutil.which("nvidia-smi"):
+        return {}
+    fields = ["name", "driver_version", "uuid", "clocks.sm", "clocks.max.sm"]
+    cmd = ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits", "-i", gpu or "0"]
     try:
-        out = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty", "--abbrev=12"],
-                             capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() or "unknown"
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return {}
+    if out.returncode or not out.stdout.strip():
+        return {}
+    return dict(zip(fields, (v.strip() for v in out.stdout.strip().splitlines()[0].split(","))))
 
 
-def device_name(backend: str) -> str:
-    if backend == "gpu":
-        import torch
-
-        return torch.cuda.get_device_name()
-    return f"cpu ({platform.machine()}, Triton interpreter)"
+def _pinned_gpu() -> str | None:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return visible or None
 
 
-def run_name(backend: str) -> str:
-    """Default results folder: one per device, so runs on different machines never collide."""
-    if backend == "gpu":
-        return re.sub(r"[^a-z0-9]+", "-", device_name(backend).lower()).strip("-")
-    return "cpu-interpreter"
-
-
-def provenance(backend: str, config: dict) -> dict:
+def software(backend: str) -> dict:
+    """The backend, device and software stack a job runs on (strings: they are Snakemake params)."""
     import torch
-    import triton
 
+    smi = nvidia_smi(_pinned_gpu()) if backend == "gpu" else {}
+    cudnn = torch.backends.cudnn.version() if backend == "gpu" else None
     return {
-        "device": device_name(backend),
+        "device": (smi.get("name") or torch.cuda.get_device_name()) if backend == "gpu"
+        else f"cpu ({platform.machine()}, Triton interpreter)",
         "backend": backend,
         "torch": torch.__version__,
-        "triton": triton.__version__,
-        "git_commit": git_commit(),
-        "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "config_hash": config_hash(config),
+        "triton": importlib.metadata.version("triton"),
+        "cuda": str(torch.version.cuda or "") if backend == "gpu" else "",
+        "cudnn": str(cudnn or ""),
+        "driver": smi.get("driver_version", ""),
     }
+
+
+def job_context(backend: str) -> dict:
+    """What a job records at its start besides software(): GPU identity and clocks, commit, time."""
+    smi = nvidia_smi(_pinned_gpu()) if backend == "gpu" else {}
+
+    def mhz(key):
+        try:
+            return float(smi[key])
+        except (KeyError, ValueError):
+            return float("nan")
+
+    return {"gpu_uuid": smi.get("uuid", ""), "sm_clock_mhz": mhz("clocks.sm"), "sm_clock_max_mhz": mhz("clocks.max.sm"),
+            "git_commit": git_commit(), "git_dirty": git_dirty(),
+            "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def run_name(software: dict) -> str:
+    """Default results folder: one per device, so runs on different machines never collide."""
+    if software["backend"] == "gpu":
+        return re.sub(r"[^a-z0-9]+", "-", software["device"].lower()).strip("-")
+    return "cpu-interpreter"

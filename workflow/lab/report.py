@@ -8,7 +8,7 @@ import pandas as pd
 import yaml
 
 from . import claims as claims_mod
-from . import summary
+from . import provenance, summary
 from .table import PROVENANCE, atomic_path
 
 
@@ -25,14 +25,21 @@ def _md_table(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
 
 
 def _provenance(tables: dict[str, pd.DataFrame]) -> str:
+    """The run's origin (values shared by every table, or each distinct value), then each table's own."""
     allrows = pd.concat(tables.values(), ignore_index=True)
-    lines = []
+    lines = [f"This report was generated at commit `{provenance.git_commit()}` "
+             f"(uncommitted changes to tracked files: {provenance.git_dirty()}) from the tables below.", ""]
+    per_table = ["git_commit", "git_dirty", "timestamp", "gpu_uuid", "sm_clock_mhz", "sm_clock_max_mhz",
+                 "config_hash", "code_hash"]
     for key in PROVENANCE:
+        if key in per_table or key == "fingerprint" or key not in allrows:
+            continue
         vals = sorted(map(str, allrows[key].dropna().unique()))
-        if key == "timestamp":
-            vals = [f"{vals[0]} .. {vals[-1]}"]
-        lines.append(f"- **{key}**: {', '.join(vals)}")
-    return "\n".join(lines)
+        lines.append(f"- **{key}**: {', '.join(v for v in vals if v) or '(none)'}")
+    origin = pd.DataFrame([{"table": f"`{k}`", "rows": len(v), **{c: v[c].iloc[0] for c in per_table if c in v}}
+                           for k, v in sorted(tables.items())])
+    return ("\n".join(lines) + "\n\nEach table, as recorded in its rows (SM clocks in MHz at the job's start):\n\n"
+            + _md_table(origin))
 
 
 def _performance(tables: dict[str, pd.DataFrame]) -> str:
@@ -76,25 +83,33 @@ def _performance(tables: dict[str, pd.DataFrame]) -> str:
     return "\n".join(out)
 
 
-def build(tables: dict[str, pd.DataFrame], claims_path: str, figures: list[str], out_path: str) -> pd.DataFrame:
+def build(tables: dict[str, pd.DataFrame], claims_path: str, figures: list[str], out_path: str,
+          html_path: str | None = None) -> pd.DataFrame:
     with open(claims_path) as fh:
         claims = yaml.safe_load(fh)
     verdicts = claims_mod.settle(claims, tables)
     fig_dir = os.path.relpath(os.path.dirname(figures[0]), os.path.dirname(out_path)) if figures else "figures"
     table = verdicts.assign(
-        figure=lambda d: d["figure"].map(lambda f: f"[{f}]({fig_dir}/{f})" if f else ""),
+        figure=lambda d: d["figure"].map(lambda f: f"[{f}.png]({fig_dir}/{f}.png)" if f else ""),
         said=lambda d: "\"" + d["said"] + "\"")[["id", "claim", "said", "measured", "verdict", "figure"]]
     counts = verdicts["verdict"].value_counts()
+    tally = ", ".join(f"{n} {v}" for v, n in counts.items())
     parts = [
         f"# Triton kernel lab: report for `{Path(out_path).parent.name}`",
         "Every claim of the writeup, settled by this run's tables. Verdicts: reproduced / reproduced with a nuance / "
         "not reproduced / needs a GPU (never guessed: a claim this run could not measure says so).",
         "## Provenance\n\n" + _provenance(tables),
-        "## Claims\n\n" + ", ".join(f"{n} {v}" for v, n in counts.items()) + "\n\n" + _md_table(table),
+        "## Claims\n\n" + tally + "\n\n" + _md_table(table),
         "## Performance\n\n" + _performance(tables),
         "## Figures\n\n" + "\n\n".join(f"![{Path(f).stem}]({fig_dir}/{Path(f).name})" for f in figures),
         "## Tables\n\n" + "\n".join(f"- `{k}.parquet`: {len(v)} rows" for k, v in sorted(tables.items())),
     ]
     with atomic_path(out_path) as tmp:
         tmp.write_text("\n\n".join(parts) + "\n")
+    if html_path:
+        device = ", ".join(sorted(pd.concat(tables.values())["device"].dropna().unique()))
+        html = (f"<h2>Claims of the writeup on {device}: {tally}</h2>\n"
+                + verdicts[["id", "claim", "said", "measured", "verdict"]].to_html(index=False, border=1))
+        with atomic_path(html_path) as tmp:
+            tmp.write_text(html)
     return verdicts

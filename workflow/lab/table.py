@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from .provenance import COLUMNS as PROVENANCE
+
 COLUMNS = ["kernel", "experiment", "variant", "provider", "metric", "value", "unit", "status", "error"]
-PROVENANCE = ["device", "backend", "torch", "triton", "git_commit", "timestamp", "config_hash"]
 STATUSES = ("ok", "out_of_resources", "needs_gpu", "unsupported", "compiled_only")
 
 
@@ -32,7 +33,7 @@ def needs_gpu(what: str, **params) -> dict:
                error=f"{what} needs a CUDA GPU; this run used Triton's interpreter", **params)
 
 
-def to_frame(rows: list[dict], kernel: str, experiment: str, provenance: dict) -> pd.DataFrame:
+def to_frame(rows: list[dict], kernel: str, experiment: str, origin: dict) -> pd.DataFrame:
     if not rows:
         raise ValueError(f"{kernel}/{experiment} produced no rows")
     df = pd.DataFrame(rows)
@@ -43,7 +44,7 @@ def to_frame(rows: list[dict], kernel: str, experiment: str, provenance: dict) -
             df[col] = ""
         df[col] = df[col].fillna("").astype(str)
     for key in PROVENANCE:
-        df[key] = provenance[key]
+        df[key] = origin[key]
     ordered = COLUMNS + [c for c in df.columns if c not in COLUMNS + PROVENANCE] + PROVENANCE
     return df[ordered]
 
@@ -65,6 +66,15 @@ def atomic_path(path: str | os.PathLike):
 def write_parquet(df: pd.DataFrame, path: str | os.PathLike) -> None:
     with atomic_path(path) as tmp:
         df.to_parquet(tmp, index=False)
+
+
+def input_name(key: str, prefix: str = "") -> str:
+    """'softmax/bug' -> 'softmax__bug': a table's name among a Snakemake rule's named inputs."""
+    return prefix + key.replace("/", "__")
+
+
+def key_of(input_name: str) -> str:
+    return input_name.replace("__", "/")
 
 
 def read(paths) -> pd.DataFrame:

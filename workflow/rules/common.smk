@@ -1,38 +1,65 @@
-# Config validation, backend and run resolution, and the path builders every rule uses.
+# Config validation, the plan's facts (backend, software, run), and what each job depends on.
+#
+# Rerun decisions come from content. Each experiment job declares its settings, the software it runs
+# on and a hash of the source files it runs as params, and those files as input; Snakemake's params,
+# input and code triggers then rerun exactly what a change touches. Source files are `ancient`: a
+# checkout's file dates say nothing about content. A clone has no .snakemake/ records, so the
+# fingerprint every table stores is compared here as well: a table whose fingerprint no longer
+# matches is marked out of date (its modification time set to the epoch), and Snakemake reruns it.
+import json
 import os
 import sys
-import tempfile
+
+import yaml
 
 from snakemake.utils import validate
 
-# Jobs import `kernels` and `lab` from this checkout, installed or not.
+# The workflow and its jobs import `kernels` and `lab` from this checkout, installed or not.
 ROOT = os.path.abspath(workflow.basedir)
 for _path in (ROOT, os.path.join(ROOT, "workflow")):
     if _path not in sys.path:
         sys.path.insert(0, _path)
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [ROOT, os.path.join(ROOT, "workflow")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-)
-
-from lab import settings  # noqa: E402
 
 validate(config, "../schemas/config.schema.yaml")
-settings.check(config)  # what a JSON schema cannot say (ordered ranges, ...), before any job starts
 
 import kernels.backend  # noqa: E402  (no side effects: resolves, does not select)
-from lab import provenance  # noqa: E402
-from lab.runner import TIMING  # noqa: E402  (experiments that time: ceilings, performance)
+from lab import claims, job, provenance, runs, settings, sources  # noqa: E402
+from lab.compare import run_tables  # noqa: E402
+from lab.experiments import registry  # noqa: E402
+from lab.figures import FIGURES  # noqa: E402
+from lab.table import input_name  # noqa: E402
+
+settings.check(config, registry())  # what a JSON schema cannot say, before any job starts
 
 BACKEND = kernels.backend.resolve(config["backend"])
-config["backend"] = BACKEND  # every job runs on the backend resolved here, once
-RUN = provenance.run_name(BACKEND) if config["run"] == "auto" else config["run"]
+SOFTWARE = provenance.software(BACKEND)
+RUN = provenance.run_name(SOFTWARE) if config["run"] == "auto" else config["run"]
 OUT = f"results/{RUN}"
-GPU_LOCKS = os.path.join(tempfile.gettempdir(), "triton-lab-gpu-locks")
+job.export_environment(ROOT, config["overwrite_foreign_run"])
 
-# kernel -> its experiments, straight from config.yaml: one job each.
-KERNELS = ["calibration", "vector_add", "relu_dropout", "softmax", "attention", "flash_attention"]
-EXPERIMENTS = {kernel: list(config[kernel]) for kernel in KERNELS}
-REPORT = f"{OUT}/report.md"
+# The experiments config.yaml asks for, each one job.
+EXPERIMENTS = {key: exp for key, exp in registry().items() if exp.name in config.get(exp.kernel, {})}
+KERNELS = list(dict.fromkeys(exp.kernel for exp in EXPERIMENTS.values()))
+
+
+def job_settings(exp):
+    """Everything from the config that determines this experiment's table, and nothing else."""
+    s = dict(config[exp.kernel][exp.name])
+    if exp.seeded:
+        s["seed"] = config["seed"]
+    if exp.timing:
+        s["bench"] = config["bench"]
+    return s
+
+
+def code_of(*modules):
+    return sorted({f for m in modules for f in sources.closure(m)})
+
+
+SETTINGS = {key: job_settings(exp) for key, exp in EXPERIMENTS.items()}
+CODE = {key: code_of(exp.module, "lab.job") for key, exp in EXPERIMENTS.items()}
+CODE_HASH = {key: sources.digest(files) for key, files in CODE.items()}
+FINGERPRINT = {key: provenance.fingerprint(SETTINGS[key], CODE_HASH[key], SOFTWARE) for key in EXPERIMENTS}
 
 
 def table(key):
@@ -40,9 +67,63 @@ def table(key):
     return f"{OUT}/{key}.parquet"
 
 
-def all_tables():
-    return {f"{k}/{e}": table(f"{k}/{e}") for k, exps in EXPERIMENTS.items() for e in exps}
-
-
 def figure(name):
-    return f"{OUT}/figures/{name}"
+    return f"{OUT}/figures/{name}.png"
+
+
+# Whose run is this? Only the device and backend that made it may write into it.
+OWNERS = runs.owners(OUT)
+OWN_RUN = not OWNERS or OWNERS == {(SOFTWARE["device"], BACKEND)} or config["overwrite_foreign_run"]
+STALE = set()
+for _key in EXPERIMENTS:
+    _rec = runs.recorded(table(_key))
+    if _rec is None:
+        continue
+    if OWN_RUN and _rec["fingerprint"] != FINGERPRINT[_key]:
+        STALE.add(_key)
+        os.utime(table(_key), (0, 0))  # content changed: out of date whatever the file dates say
+    elif not OWN_RUN and (_rec["config_hash"], _rec["code_hash"]) != (provenance.digest(SETTINGS[_key]), CODE_HASH[_key]):
+        print(f"Note: {table(_key)} was made on {_rec['device']} by other settings or code than this checkout's; "
+              "this machine cannot rerun it, so it is used as it is.", file=sys.stderr)
+
+
+def experiment_key(kernel):
+    return lambda wildcards: f"{kernel}/{wildcards.experiment}"
+
+
+def code_input(kernel):
+    """The job's source files; `ancient` unless its table is stale (then they rerun it by date)."""
+    key = experiment_key(kernel)
+    return lambda wildcards: CODE[key(wildcards)] if key(wildcards) in STALE else [ancient(f) for f in CODE[key(wildcards)]]
+
+
+def experiment_params(kernel):
+    key = experiment_key(kernel)
+    return dict(
+        settings=lambda wildcards: json.dumps(SETTINGS[key(wildcards)], sort_keys=True),
+        software=json.dumps(SOFTWARE, sort_keys=True),
+        code=lambda wildcards: CODE_HASH[key(wildcards)],
+    )
+
+
+# Claims and figures name the tables they need: a gap fails here, before any job runs.
+with open(os.path.join(ROOT, "workflow/claims.yaml")) as _fh:
+    CLAIMS = yaml.safe_load(_fh)
+claims.check_declarations(CLAIMS, EXPERIMENTS)
+for _name, _fig in FIGURES.items():
+    _missing = [k for k in _fig.tables if k not in EXPERIMENTS]
+    if _missing:
+        raise ValueError(f"figure {_name} needs tables no configured experiment produces: {_missing}")
+for _c in CLAIMS:
+    if _c.get("figure") and _c["figure"] not in FIGURES:
+        raise ValueError(f"claim {_c['id']} links figure {_c['figure']!r}, which workflow/lab/figures.py does not draw")
+
+
+def compared_tables(wildcards):
+    """The compare rule's input: every table of both runs, read as they are (never rebuilt)."""
+    sides = {"a": run_tables(f"results/{wildcards.a}"), "b": run_tables(f"results/{wildcards.b}")}
+    for side, tables in sides.items():
+        if not tables:
+            run = wildcards.get(side)
+            raise ValueError(f"results/{run}/ holds no tables: there is no run named {run!r} to compare")
+    return {input_name(key, f"{side}__"): ancient(str(path)) for side, tables in sides.items() for key, path in tables.items()}

@@ -3,21 +3,24 @@
 # reruns that experiment alone. On the GPU backend every job asks for `gpu=1` (so --resources gpu=N or a
 # cluster executor can count and place them) and, at run time, locks one GPU (lab/gpu.py): timing jobs
 # exclusively, so nothing shares a GPU that is being timed.
-for _kernel, _experiments in EXPERIMENTS.items():
+for _kernel in KERNELS:
 
     rule:
         name:
             _kernel
+        input:
+            code=code_input(_kernel),
         output:
             table=f"{OUT}/{_kernel}/{{experiment}}.parquet",
         wildcard_constraints:
-            experiment="|".join(_experiments),
+            experiment="|".join(e.name for e in EXPERIMENTS.values() if e.kernel == _kernel),
         log:
             f"{OUT}/logs/{_kernel}/{{experiment}}.log",
         params:
-            kernel=_kernel,
-            lock_dir=GPU_LOCKS,
+            experiment=experiment_key(_kernel),
+            **experiment_params(_kernel),
         resources:
             gpu=int(BACKEND == "gpu"),
-        script:
-            "../scripts/experiment.py"
+        shell:
+            '"$LAB_PYTHON" -m lab.job {params.experiment} {output.table:q} --settings {params.settings:q}'
+            " --software {params.software:q} --code {params.code} > {log:q} 2>&1"

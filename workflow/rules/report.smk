@@ -1,16 +1,21 @@
-# The markdown report: every claim of the writeup, said / measured / verdict, from the tables.
-FIGURES = [figure(f) for f in ("softmax_bug.png", "dropout_rates.png", "wall.png", "flash_memory.png",
-                               "bandwidth.png", "ceiling_fraction.png", "flash_performance.png")]
+# The report: every claim of the writeup, said / measured / verdict, from the tables. report.md for
+# reading in the repository, claims.html for `snakemake --report` (beside the figures).
+REPORT = f"{OUT}/report.md"
+REPORT_CODE = code_of("lab.report") + ["workflow/scripts/report.py"]
 
 
 rule report:
     input:
-        **{key.replace("/", "__"): path for key, path in all_tables().items()},
+        **{input_name(key): table(key) for key in EXPERIMENTS},
         claims="workflow/claims.yaml",
-        figures=FIGURES,
+        figures=[figure(name) for name in FIGURES],
+        code=[ancient(f) for f in REPORT_CODE],
     output:
-        REPORT,
+        markdown=REPORT,
+        html=report(f"{OUT}/claims.html", caption="../report/claims.rst", category="Claims"),
     log:
         f"{OUT}/logs/report.log",
+    params:
+        code=sources.digest(REPORT_CODE),
     script:
         "../scripts/report.py"

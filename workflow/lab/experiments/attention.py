@@ -5,8 +5,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..measure import BF16_IN_INTERPRETER, bench, eps_for, is_gpu, max_abs_diff, randn, runnable, timing_rows, within_fa_rule
+from ..measure import BF16_IN_INTERPRETER, bench, is_gpu, lengths, randn, runnable, sdpa_backend_of, timing_rows
 from ..table import needs_gpu, row
+from ..verify import attention_eps, max_abs_diff, within_fa_rule
+from . import experiment
 
 
 def dot_precision(dtype_name: str) -> str:
@@ -16,12 +18,13 @@ def dot_precision(dtype_name: str) -> str:
     return f"{dtype_name} inputs, fp32 accumulation"
 
 
+@experiment()
 def correctness(s: dict) -> list[dict]:
     from kernels import attention, attention_ref
 
     rows = []
     for dtype_name in s["dtypes"]:
-        eps = eps_for(s["eps"], dtype_name)
+        eps = attention_eps(dtype_name, is_gpu())
         for n_q, n_k, d in s["shapes"]:
             params = dict(dtype=dtype_name, n_q=n_q, n_k=n_k, d=d, dot_precision=dot_precision(dtype_name), eps=eps)
             if not runnable(dtype_name):
@@ -41,7 +44,7 @@ def correctness(s: dict) -> list[dict]:
 
 def hopper_shared_bytes(n_k: int, d: int, dtype_name: str) -> int:
     """Shared memory the writeup's kernel needs on sm_90, by compiling it here (no GPU needed)."""
-    from kernels._attention import launch_config
+    from kernels import launch_config
 
     from ..sm90 import shared_memory_bytes
 
@@ -51,11 +54,7 @@ def hopper_shared_bytes(n_k: int, d: int, dtype_name: str) -> int:
     return shared_memory_bytes("kernels._attention", "_attention_kernel", types, launch_config(n_k, d))
 
 
-def lengths(log2_range) -> list[int]:
-    """Powers of two and one past each: n_k = 2^i + 1 already needs the next power-of-two block."""
-    return [n for i in range(log2_range[0], log2_range[1] + 1) for n in (2**i, 2**i + 1)]
-
-
+@experiment()
 def wall(s: dict) -> list[dict]:
     """Grow n_k until the kernel no longer launches. The failure is the result: a row, not a crash."""
     if not is_gpu():
@@ -70,7 +69,7 @@ def _sweep_until_wall(s: dict, dtype_name: str, d: int, limit: int) -> list[dict
     from triton.runtime.errors import OutOfResources
 
     from kernels import attention, attention_ref
-    from kernels._attention import launch_config
+    from kernels import launch_config
 
     rows = []
     for n_k in lengths(s["log2_n_k"]):
@@ -88,7 +87,7 @@ def _sweep_until_wall(s: dict, dtype_name: str, d: int, limit: int) -> list[dict
 
 
 def _wall_compiled(s: dict) -> list[dict]:
-    from kernels._attention import launch_config
+    from kernels import launch_config
 
     rows = []
     for n_k in s["n_k"]:
@@ -100,6 +99,7 @@ def _wall_compiled(s: dict) -> list[dict]:
     return rows
 
 
+@experiment(timing=True)
 def performance(s: dict) -> list[dict]:
     if not is_gpu():
         return [needs_gpu("timing attention")]
@@ -112,6 +112,7 @@ def performance(s: dict) -> list[dict]:
         peers = (("triton_writeup", lambda: attention(q, k, v)),
                  ("torch_sdpa", lambda: F.scaled_dot_product_attention(q[None, None], k[None, None], v[None, None])))
         for provider, fn in peers:
+            which = {"sdpa_backend": sdpa_backend_of(fn)} if provider == "torch_sdpa" else {}
             rows += timing_rows(bench(fn, **s["bench"]), tflop, "TFLOP", provider=provider, n_q=n, n_k=n, d=d,
-                                dtype=s["dtype"])
+                                dtype=s["dtype"], **which)
     return rows

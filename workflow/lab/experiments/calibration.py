@@ -5,8 +5,10 @@ import torch
 
 from ..measure import bench, is_gpu, timing_rows
 from ..table import needs_gpu, row
+from . import experiment
 
 
+@experiment(timing=True, seeded=False)
 def ceilings(s: dict) -> list[dict]:
     if not is_gpu():
         return [needs_gpu("measuring the device's ceilings")]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..measure import BF16_IN_INTERPRETER, bench, eps_for, is_gpu, max_abs_diff, randn, runnable, timing_rows, within_fa_rule
+from ..measure import BF16_IN_INTERPRETER, bench, is_gpu, lengths, randn, runnable, sdpa_backend_of, timing_rows
 from ..table import needs_gpu, row
-from .attention import lengths
+from ..verify import attention_eps, flash_errors, max_abs_diff, within_fa_rule
+from . import experiment
 
 
 def _qkv(b, h, sq, sk, d, dtype_name, seed, strided=False):
@@ -29,6 +30,7 @@ def _cases(s: dict):
         yield dict(seq_q=sq0, seq_k=sk0, d=d0, causal=causal, strided=True)
 
 
+@experiment()
 def correctness(s: dict) -> list[dict]:
     """The FlashAttention rule, for the output and each gradient: error vs an fp64 reference no more
     than twice torch's own error at the input precision, plus eps."""
@@ -36,7 +38,7 @@ def correctness(s: dict) -> list[dict]:
 
     rows, b, h = [], s["batch"], s["heads"]
     for dtype_name in s["dtypes"]:
-        eps = eps_for(s["eps"], dtype_name)
+        eps = attention_eps(dtype_name, is_gpu())
         for case in _cases(s):
             params = dict(dtype=dtype_name, batch=b, heads=h, eps=eps, **case)
             if not runnable(dtype_name):
@@ -44,22 +46,15 @@ def correctness(s: dict) -> list[dict]:
                 continue
             q, k, v = _qkv(b, h, case["seq_q"], case["seq_k"], case["d"], dtype_name, s["seed"], case["strided"])
             do = randn([b, h, case["seq_q"], case["d"]], dtype_name, s["seed"] + 7)
-            results = {}
-            for name, fn in (("triton", lambda: flash_attention(q, k, v, causal=case["causal"])),
-                             ("torch_same_precision", lambda: flash_attention_ref(q, k, v, case["causal"], dtype=q.dtype)),
-                             ("fp64", lambda: flash_attention_ref(q, k, v, case["causal"], dtype=torch.float64))):
-                out = fn()
-                grads = torch.autograd.grad(out, (q, k, v), do.to(out.dtype))
-                results[name] = (out, *grads)
-            for i, what in enumerate(("out", "dq", "dk", "dv")):
-                err = max_abs_diff(results["triton"][i], results["fp64"][i])
-                err_torch = max_abs_diff(results["torch_same_precision"][i], results["fp64"][i])
+            errors = flash_errors(flash_attention, flash_attention_ref, q, k, v, do, case["causal"])
+            for what, (err, err_torch) in errors.items():
                 rows += [row("max_abs_diff", err, variant=what, **params),
                          row("torch_max_abs_diff", err_torch, variant=what, **params),
                          row("matches", within_fa_rule(err, err_torch, eps), "bool", variant=what, **params)]
     return rows
 
 
+@experiment()
 def past_wall(s: dict) -> list[dict]:
     """The wall experiment's sweep, run with flash_attention; then peak memory against SDPA's math path."""
     from kernels import flash_attention, flash_attention_ref
@@ -91,8 +86,9 @@ def _peak_memory(s: dict) -> list[dict]:
             fn(q, k, v)
             torch.cuda.synchronize()
             extra = torch.cuda.max_memory_allocated() - inputs  # beyond q, k, v themselves
+            which = {"sdpa_backend": sdpa_backend_of(lambda: fn(q, k, v))} if provider == "torch_math" else {}
             rows.append(row("peak_extra_memory", extra, "bytes", provider=provider, seq=n, d=d,
-                            heads=s["memory_heads"], dtype=s["dtype"]))
+                            heads=s["memory_heads"], dtype=s["dtype"], **which))
     return rows
 
 
@@ -106,11 +102,11 @@ def _sdpa(q, k, v, backend: str, causal: bool = False):
 SDPA_BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION"}
 
 
+@experiment(timing=True)
 def performance(s: dict) -> list[dict]:
     if not is_gpu():
         return [needs_gpu("timing flash_attention")]
-    from kernels import flash_attention
-    from kernels._flash_attention import tiles_in_use
+    from kernels import flash_attention, tiles_in_use
 
     rows, b, h = [], s["batch"], s["heads"]
     for d in s["head_dims"]:
@@ -131,11 +127,14 @@ def performance(s: dict) -> list[dict]:
                         except RuntimeError as e:  # a backend that does not support this shape/device
                             rows.append(row("time_ms", None, status="unsupported", error=str(e)[:300], variant=mode, **params))
                             continue
-                        tiles = tiles_in_use() if provider == "triton_flash" else {}
-                        if mode == "fwd":  # the backward tiles belong to the previous shape
-                            tiles = {k: v for k, v in tiles.items() if k == "fwd"}
-                        rows += timing_rows(times, tflop, "TFLOP", variant=mode, **params,
-                                            **{f"tile_{k}": v for k, v in tiles.items()})
+                        if provider == "triton_flash":
+                            tiles = tiles_in_use()
+                            if mode == "fwd":  # the backward tiles belong to the previous shape
+                                tiles = {k: v for k, v in tiles.items() if k == "fwd"}
+                            which = {f"tile_{k}": v for k, v in tiles.items()}
+                        else:
+                            which = {"sdpa_backend": sdpa_backend_of(fwd)}
+                        rows += timing_rows(times, tflop, "TFLOP", variant=mode, **params, **which)
     return rows + _launch_floor(s)
 
 
@@ -150,7 +149,8 @@ def _launch_floor(s: dict) -> list[dict]:
     rows = []
     with torch.no_grad():
         for provider, fn in providers.items():
+            which = {"sdpa_backend": sdpa_backend_of(fn)} if provider.startswith("sdpa") else {}
             for quantile, ms in bench(fn, **s["bench"]).items():
                 rows.append(row("time_ms", ms, "ms", variant="launch_floor", provider=provider, quantile=quantile,
-                                batch=1, heads=1, seq=16, d=64, dtype=s["dtype"]))
+                                batch=1, heads=1, seq=16, d=64, dtype=s["dtype"], **which))
     return rows

@@ -9,6 +9,7 @@ from scipy import stats
 from ..measure import BF16_IN_INTERPRETER, bench, device, generator, is_gpu, randn, runnable, timing_rows, ulps
 from ..measure import dtype as to_dtype
 from ..table import needs_gpu, row
+from . import experiment
 
 
 def _positive(size: int, dtype_name: str, seed: int) -> torch.Tensor:
@@ -17,6 +18,7 @@ def _positive(size: int, dtype_name: str, seed: int) -> torch.Tensor:
     return (u + 0.5).to(to_dtype(dtype_name))
 
 
+@experiment()
 def correctness(s: dict) -> list[dict]:
     from kernels import relu_dropout, relu_dropout_ref
 
@@ -38,6 +40,7 @@ def correctness(s: dict) -> list[dict]:
     return rows
 
 
+@experiment()
 def statistics(s: dict) -> list[dict]:
     """Is the drop pattern Bernoulli(p), independent of position, and reproducible from the seed?"""
     from kernels import relu_dropout
@@ -80,6 +83,7 @@ def statistics(s: dict) -> list[dict]:
     return rows
 
 
+@experiment(timing=True)
 def performance(s: dict) -> list[dict]:
     if not is_gpu():
         return [needs_gpu("timing relu_dropout")]

@@ -6,16 +6,19 @@ import warnings
 
 import torch
 
-from ..measure import BF16_IN_INTERPRETER, bench, is_gpu, max_abs_diff, randn, runnable, timing_rows
+from ..measure import BF16_IN_INTERPRETER, bench, is_gpu, randn, runnable, timing_rows
 from ..table import needs_gpu, row
+from ..verify import max_abs_diff, softmax_atol
+from . import experiment
 
 
+@experiment()
 def correctness(s: dict) -> list[dict]:
     from kernels import softmax, softmax_ref
 
     rows = []
     for dtype_name in s["dtypes"]:
-        atol = s["atol"][dtype_name]
+        atol = softmax_atol(dtype_name)
         for n_rows, n_cols in s["shapes"]:
             params = dict(dtype=dtype_name, n_rows=n_rows, n_cols=n_cols, atol=atol)
             if not runnable(dtype_name):
@@ -28,6 +31,7 @@ def correctness(s: dict) -> list[dict]:
     return rows
 
 
+@experiment()
 def bug(s: dict) -> list[dict]:
     """Sweep n_cols across the hard-coded 1024 in both modes.
 
@@ -52,12 +56,13 @@ def bug(s: dict) -> list[dict]:
             diff = max_abs_diff(zeroed, ref)
             rows += [row("columns_dropped", dropped, "columns", **params),
                      row("max_abs_diff", diff, **params),
-                     row("matches_torch", torch.allclose(zeroed, ref, atol=s["atol"], rtol=0), "bool",
-                         atol=s["atol"], **params),
+                     row("matches_torch", torch.allclose(zeroed, ref, atol=softmax_atol("float32"), rtol=0), "bool",
+                         atol=softmax_atol("float32"), **params),
                      row("warnings_raised", len(caught), "count", **params)]
     return rows
 
 
+@experiment()
 def stability(s: dict) -> list[dict]:
     """Large inputs: the kernel subtracts the row max; exp(x) alone overflows to inf and gives NaN."""
     from kernels import softmax, softmax_naive
@@ -76,6 +81,7 @@ def stability(s: dict) -> list[dict]:
     return rows
 
 
+@experiment(timing=True)
 def performance(s: dict) -> list[dict]:
     if not is_gpu():
         return [needs_gpu("timing softmax")]

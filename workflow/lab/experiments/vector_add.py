@@ -5,6 +5,7 @@ import torch
 
 from ..measure import BF16_IN_INTERPRETER, bench, is_gpu, randn, runnable, timing_rows
 from ..table import needs_gpu, row
+from . import experiment
 
 
 def _inputs(shape, dtype_name, seed):
@@ -14,6 +15,7 @@ def _inputs(shape, dtype_name, seed):
     return randn(shape, dtype_name, seed), randn(shape, dtype_name, seed + 1)
 
 
+@experiment()
 def correctness(s: dict) -> list[dict]:
     from kernels import vector_add, vector_add_ref
 
@@ -32,6 +34,7 @@ def correctness(s: dict) -> list[dict]:
     return rows
 
 
+@experiment(timing=True)
 def performance(s: dict) -> list[dict]:
     if not is_gpu():
         return [needs_gpu("timing vector_add")]

@@ -1,0 +1,66 @@
+"""Every figure, declared once: its name (the file results/<run>/figures/<name>.png and the caption
+workflow/report/<name>.rst), the tables it is drawn from, its report category, and how it is drawn.
+Each drawing function receives only its declared tables."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from . import plots, summary
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    tables: tuple[str, ...]
+    category: str
+    draw: Callable
+
+
+FIGURES: dict[str, Figure] = {}
+PERFORMANCE = tuple(f"{k}/performance" for k in summary.MEMORY_BOUND)
+
+
+def figure(name: str, tables, category: str):
+    def register(fn):
+        FIGURES[name] = Figure(name, tuple(tables), category, fn)
+        return fn
+
+    return register
+
+
+@figure("softmax_bug", ["softmax/bug"], "Softmax")
+def _softmax_bug(t):
+    return plots.softmax_bug(t["softmax/bug"])
+
+
+@figure("dropout_rates", ["relu_dropout/statistics"], "Dropout")
+def _dropout_rates(t):
+    return plots.dropout_rates(t["relu_dropout/statistics"])
+
+
+@figure("wall", ["attention/wall", "flash_attention/past_wall"], "Attention")
+def _wall(t):
+    return plots.wall(t["attention/wall"], t["flash_attention/past_wall"])
+
+
+@figure("flash_memory", ["flash_attention/past_wall"], "Attention")
+def _flash_memory(t):
+    return plots.flash_memory(t["flash_attention/past_wall"])
+
+
+@figure("bandwidth", ["calibration/ceilings", *PERFORMANCE], "Performance")
+def _bandwidth(t):
+    memory_bound = {k: t[f"{k}/performance"] for k in summary.MEMORY_BOUND}
+    return plots.bandwidth(memory_bound, summary.ceilings(t["calibration/ceilings"]).get("copy_gbps"))
+
+
+@figure("ceiling_fraction", ["calibration/ceilings", *PERFORMANCE, "flash_attention/performance"], "Performance")
+def _ceiling_fraction(t):
+    return plots.ceiling_fraction(summary.ceiling_fractions(t))
+
+
+@figure("flash_performance", ["calibration/ceilings", "flash_attention/performance"], "Performance")
+def _flash_performance(t):
+    ceil = summary.ceilings(t["calibration/ceilings"])
+    return plots.flash_performance(t["flash_attention/performance"], ceil.get("matmul_tflops"))

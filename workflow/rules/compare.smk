@@ -1,0 +1,22 @@
+# Two runs side by side (before/after a change, two GPUs, two Triton versions):
+#   snakemake --cores 1 results/compare/nvidia-h200_vs_nvidia-h200-seed1.md
+# Both runs must exist under results/; neither is rerun (their tables are read as they are).
+COMPARE_CODE = code_of("lab.compare") + ["workflow/scripts/compare.py"]
+
+
+rule compare:
+    input:
+        unpack(compared_tables),
+        code=[ancient(f) for f in COMPARE_CODE],
+    output:
+        markdown="results/compare/{a}_vs_{b}.md",
+        figure=report("results/compare/{a}_vs_{b}.png", caption="../report/compare.rst", category="Comparison"),
+    wildcard_constraints:
+        a=r"(?:(?!_vs_)[A-Za-z0-9._-])+",
+        b=r"(?:(?!_vs_)[A-Za-z0-9._-])+",
+    log:
+        "results/compare/logs/{a}_vs_{b}.log",
+    params:
+        code=sources.digest(COMPARE_CODE),
+    script:
+        "../scripts/compare.py"
