@@ -5,7 +5,7 @@
 # input and code triggers then rerun exactly what a change touches. Source files are `ancient`: a
 # checkout's file dates say nothing about content. A clone has no .snakemake/ records, so the
 # fingerprint every table stores is compared here as well: a table whose fingerprint no longer
-# matches is marked out of date (its modification time set to the epoch), and Snakemake reruns it.
+# matches is marked out of date (its modification time set to 1970), and Snakemake reruns it.
 import json
 import os
 import sys
@@ -81,7 +81,7 @@ for _key in EXPERIMENTS:
         continue
     if OWN_RUN and _rec["fingerprint"] != FINGERPRINT[_key]:
         STALE.add(_key)
-        os.utime(table(_key), (0, 0))  # content changed: out of date whatever the file dates say
+        os.utime(table(_key), (86400, 86400))  # content changed: dated 1970-01-02 (not 0: Snakemake reads 0 as "no date")
     elif not OWN_RUN and (_rec["config_hash"], _rec["code_hash"]) != (provenance.digest(SETTINGS[_key]), CODE_HASH[_key]):
         print(f"Note: {table(_key)} was made on {_rec['device']} by other settings or code than this checkout's; "
               "this machine cannot rerun it, so it is used as it is.", file=sys.stderr)
