@@ -56,13 +56,16 @@ def markdown(name_a: str, name_b: str, a: dict, b: dict, joined: pd.DataFrame) -
              f"- **{name_a}**: {_origin(a)}", f"- **{name_b}**: {_origin(b)}", "",
              f"Every timed point both runs measured (medians of `triton.testing.do_bench`). ratio = {name_b} / "
              f"{name_a}. A point is marked only where the difference lies outside **both** runs' p20..p80 bands; "
-             "anything else is within the spread of a single run.", ""]
+             "anything else is within the spread of a single run. A single run's bands are narrow (GPU timings repeat "
+             "closely within a run), so small run-to-run shifts (clocks, placement) are marked too: read the ratio, "
+             "not only the mark.", ""]
     if joined.empty:
         return "\n".join(lines + ["No timed point was measured by both runs (a run without a GPU times nothing)."]) + "\n"
     main = joined[joined["metric"] != "time_ms"]  # bandwidth / throughput; time_ms says the same inverted
     summary = main.groupby("table").agg(points=("ratio", "size"), median_ratio=("ratio", "median"),
                                         better=("b_is", lambda s: int((s == "better").sum())),
-                                        worse=("b_is", lambda s: int((s == "worse").sum()))).reset_index()
+                                        worse=("b_is", lambda s: int((s == "worse").sum())),
+                                        largest_change=("ratio", lambda r: (r - 1).abs().max())).reset_index()
     lines += ["## Summary", "", _md(summary), ""]
     for key, g in main.groupby("table"):
         skip = {"table", "ratio", "outside_both_bands", "b_is", "metric", "unit"}

@@ -38,6 +38,9 @@ def _provenance(tables: dict[str, pd.DataFrame]) -> str:
         lines.append(f"- **{key}**: {', '.join(v for v in vals if v) or '(none)'}")
     origin = pd.DataFrame([{"table": f"`{k}`", "rows": len(v), **{c: v[c].iloc[0] for c in per_table if c in v}}
                            for k, v in sorted(tables.items())])
+    for c in ("sm_clock_mhz", "sm_clock_max_mhz"):
+        if c in origin:
+            origin[c] = origin[c].map(lambda mhz: "" if pd.isna(mhz) else f"{mhz:.0f}")
     return ("\n".join(lines) + "\n\nEach table, as recorded in its rows (SM clocks in MHz at the job's start):\n\n"
             + _md_table(origin))
 
