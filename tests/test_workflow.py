@@ -1,7 +1,11 @@
 """End to end: the Snakemake workflow on a tiny config in a temporary copy of the project.
 
-Checks the report's verdicts, that one experiment can be rerun alone, that the report can be rebuilt
-alone, and that bad config is refused before any job runs."""
+Checks the report's verdicts; that a plan reruns exactly what a change touches (settings, seed, a
+kernel, a plotting function) and nothing when nothing changed; that one experiment can be rerun
+alone and the report rebuilt alone; that bad config is refused before any job runs; and, in a fresh
+clone, that the committed GPU run is up to date and cannot be overwritten from this machine."""
+import contextlib
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -14,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
-def smk(workdir, *args, check=True):
-    done = subprocess.run([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", *args], cwd=workdir,
+def smk(workdir, *args, check=True, config="tests/tiny_config.yaml"):
+    done = subprocess.run([*SNAKEMAKE, *(["--configfile", config] if config else []), *args], cwd=workdir,
                           capture_output=True, text=True, timeout=900)
     if check and done.returncode:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
@@ -72,6 +76,67 @@ def job_stats(dry_run_output: str) -> dict[str, int]:
     return stats
 
 
+EXPERIMENT_RULES = {"calibration", "vector_add", "relu_dropout", "softmax", "attention", "flash_attention"}
+SEEDED = {"vector_add": 2, "relu_dropout": 3, "softmax": 4, "attention": 3, "flash_attention": 3}  # jobs per rule
+FIGURES = {"figure_bandwidth", "figure_ceiling_fraction", "figure_dropout_rates", "figure_flash_memory",
+           "figure_flash_performance", "figure_softmax_bug", "figure_wall"}
+
+
+def planned(project, *args) -> dict[str, int]:
+    out = smk(project, "-n", *args).stdout
+    return {} if "Nothing to be done" in out else job_stats(out)
+
+
+@contextlib.contextmanager
+def edited(path):
+    """Append a comment to a source file (a change of content, not of behaviour), then restore it."""
+    original = path.read_bytes()
+    path.write_bytes(original + b"\n# edited by a test\n")
+    try:
+        yield
+    finally:
+        path.write_bytes(original)
+
+
+def test_nothing_changed_plans_nothing(project):
+    assert planned(project) == {}
+
+
+def test_new_seed_reruns_the_seeded_tables_only(project):
+    plan = planned(project, "--config", "seed=1")
+    assert {r: n for r, n in plan.items() if r in EXPERIMENT_RULES} == SEEDED  # not calibration: it draws nothing
+    assert {"report", "all"} <= set(plan)
+    assert planned(project) == {}  # back at seed 0, the tables are current again
+
+
+def test_one_setting_reruns_that_table_its_figure_and_the_report(project, tmp_path):
+    changed = tmp_path / "bug.yaml"
+    changed.write_text("softmax:\n  bug: {n_rows: 3, n_cols: [5, 2000], block_size: 1024}\n")
+    assert planned(project, "--configfile", "tests/tiny_config.yaml", str(changed)) == {
+        "softmax": 1, "figure_softmax_bug": 1, "report": 1, "all": 1}
+
+
+def test_editing_a_kernel_reruns_its_tables_only(project):
+    with edited(project / "kernels/_softmax.py"):
+        plan = planned(project)
+    assert {r: n for r, n in plan.items() if r in EXPERIMENT_RULES} == {"softmax": 4}
+    assert set(plan) - EXPERIMENT_RULES == {"figure_softmax_bug", "figure_bandwidth", "figure_ceiling_fraction",
+                                            "report", "all"}
+
+
+def test_editing_a_plot_reruns_figures_and_report_only(project):
+    with edited(project / "workflow/lab/plots.py"):
+        plan = planned(project)
+    assert set(plan) == FIGURES | {"report", "all"}
+
+
+def test_touching_sources_reruns_nothing(project):
+    """A checkout's file dates say nothing about content: only content decides."""
+    for f in [*project.glob("kernels/*.py"), *project.glob("workflow/lab/**/*.py"), *project.glob("workflow/scripts/*.py")]:
+        f.touch()
+    assert not set(planned(project)) & EXPERIMENT_RULES
+
+
 def test_forcerun_reruns_only_that_experiment_and_its_dependents(project):
     alone = smk(project, "-n", "--forcerun", "softmax", "--", "results/tiny/softmax/bug.parquet").stdout
     assert job_stats(alone) == {"softmax": 1}
@@ -103,3 +168,27 @@ def test_empty_range_is_refused(tmp_path, project):
     done = smk(project, "-n", "--configfile", str(bad), check=False)
     assert done.returncode != 0
     assert "vector_add.performance.log2_sizes" in done.stdout + done.stderr
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*.parquet"))}
+
+
+def test_fresh_clone_keeps_the_committed_gpu_run(tmp_path):
+    """The README's command rebuilds the committed GPU report without running an experiment, and this
+    (CPU) machine refuses to write into the GPU's run, naming both devices; the tables stay byte-identical."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    run = clone / "results/nvidia-h200"
+    device = pd.read_parquet(run / "softmax/bug.parquet")["device"].iloc[0]
+    before = digests(run)
+    rebuild = ["--cores", "1", "report", "--forcerun", "report", "--config", "run=nvidia-h200"]
+    plan = job_stats(smk(clone, "-n", *rebuild[2:], config=None).stdout)
+    assert plan.get("report") == 1 and not set(plan) & EXPERIMENT_RULES, plan
+    smk(clone, *rebuild, config=None)
+    forced = smk(clone, "--cores", "1", "results/nvidia-h200/softmax/bug.parquet", "--forcerun", "softmax",
+                 "--config", "run=nvidia-h200", config=None, check=False)
+    assert forced.returncode != 0
+    message = forced.stdout + forced.stderr + (run / "logs/softmax/bug.log").read_text()
+    assert device in message and "cpu (" in message and "overwrite_foreign_run" in message
+    assert digests(run) == before

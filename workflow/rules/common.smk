@@ -71,9 +71,14 @@ def figure(name):
     return f"{OUT}/figures/{name}.png"
 
 
-# Whose run is this? Only the device and backend that made it may write into it.
+# Whose run is this? Only the device and backend that made it may write into it. Another machine gets no
+# experiment rules for it at all: a job that merely refused would still lose the table, since Snakemake
+# deletes a job's old outputs before it runs and after it fails.
 OWNERS = runs.owners(OUT)
 OWN_RUN = not OWNERS or OWNERS == {(SOFTWARE["device"], BACKEND)} or config["overwrite_foreign_run"]
+if not OWN_RUN:
+    print(f"Note: {runs.foreign_message(OUT, OWNERS, SOFTWARE['device'], BACKEND)} So no experiment is planned "
+          f"there from this machine; its tables are read as they are.", file=sys.stderr)
 STALE = set()
 for _key in EXPERIMENTS:
     _rec = runs.recorded(table(_key))
