@@ -189,6 +189,6 @@ def test_fresh_clone_keeps_the_committed_gpu_run(tmp_path):
     forced = smk(clone, "--cores", "1", "results/nvidia-h200/softmax/bug.parquet", "--forcerun", "softmax",
                  "--config", "run=nvidia-h200", config=None, check=False)
     assert forced.returncode != 0
-    message = forced.stdout + forced.stderr + (run / "logs/softmax/bug.log").read_text()
+    message = forced.stdout + forced.stderr
     assert device in message and "cpu (" in message and "overwrite_foreign_run" in message
     assert digests(run) == before

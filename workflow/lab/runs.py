@@ -37,16 +37,12 @@ class ForeignRunError(RuntimeError):
     pass
 
 
-def foreign_message(run_dir, others, device: str, backend: str) -> str:
-    made_by = "; ".join(f"{d} ({b})" for d, b in sorted(others))
-    return (f"{run_dir} was made on {made_by}; this machine is {device} ({backend}) and will not mix or overwrite "
-            f"its results. Use another run name (--config run=NAME), or --config overwrite_foreign_run=true to "
-            f"write there anyway.")
-
-
 def check_owner(run_dir: str | Path, device: str, backend: str, overwrite: bool = False) -> None:
-    """Refuse to write into a run made on another device or backend, unless told to (the workflow plans
-    no such job; this guards a job started by hand or by an executor on another node)."""
+    """Refuse to write into a run made on another device or backend, unless told to."""
     others = owners(run_dir) - {(device, backend)}
     if others and not overwrite:
-        raise ForeignRunError(foreign_message(run_dir, others, device, backend))
+        made_by = "; ".join(f"{d} ({b})" for d, b in sorted(others))
+        raise ForeignRunError(
+            f"{run_dir} was made on {made_by}; this job runs on {device} ({backend}) and will not mix or "
+            f"overwrite its results. Use another run name (--config run=NAME), or --config "
+            f"overwrite_foreign_run=true to write there anyway.")

@@ -77,9 +77,11 @@ def figure(name):
 OWNERS = runs.owners(OUT)
 OWN_RUN = not OWNERS or OWNERS == {(SOFTWARE["device"], BACKEND)} or config["overwrite_foreign_run"]
 if not OWN_RUN:
-    print(f"Note: {runs.foreign_message(OUT, OWNERS, SOFTWARE['device'], BACKEND)} So no experiment is planned "
-          f"there from this machine; its tables are read as they are.", file=sys.stderr)
-STALE = set()
+    _made_by = "; ".join(f"{d} ({b})" for d, b in sorted(OWNERS))
+    print(f"Note: {OUT} was made on {_made_by}; this machine is {SOFTWARE['device']} ({BACKEND}), so no experiment "
+          "is planned there from here: its tables are read as they are, never overwritten. Use another run name "
+          "(--config run=NAME), or --config overwrite_foreign_run=true to write there anyway.", file=sys.stderr)
+STALE, OUTDATED_FOREIGN = set(), []
 for _key in EXPERIMENTS:
     _rec = runs.recorded(table(_key))
     if _rec is None:
@@ -88,8 +90,10 @@ for _key in EXPERIMENTS:
         STALE.add(_key)
         os.utime(table(_key), (86400, 86400))  # content changed: dated 1970-01-02 (not 0: Snakemake reads 0 as "no date")
     elif not OWN_RUN and (_rec["config_hash"], _rec["code_hash"]) != (provenance.digest(SETTINGS[_key]), CODE_HASH[_key]):
-        print(f"Note: {table(_key)} was made on {_rec['device']} by other settings or code than this checkout's; "
-              "this machine cannot rerun it, so it is used as it is.", file=sys.stderr)
+        OUTDATED_FOREIGN.append(_key)
+if OUTDATED_FOREIGN:
+    print(f"Note: these tables of {OUT} were made by other settings or code than this checkout's, and only their "
+          f"own machine can rerun them: {', '.join(OUTDATED_FOREIGN)}", file=sys.stderr)
 
 
 def experiment_key(kernel):
