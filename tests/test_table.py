@@ -3,8 +3,7 @@ import pytest
 
 from lab import table
 
-PROV = dict(device="cpu", backend="interpreter", torch="t", triton="tr", git_commit="abc", timestamp="now",
-            config_hash="h")
+PROV = {key: f"<{key}>" for key in table.PROVENANCE}  # every origin column a job records
 
 
 def test_rows_get_schema_and_provenance(tmp_path):
