@@ -240,9 +240,10 @@ def flash_past_wall(t, s):
     return base + f"; the writeup's kernel fails at n_k={wall_at} on the same device", REPRODUCED if good else NOT_REPRODUCED
 
 
-def check_declarations(claims: list[dict], available) -> None:
-    """Every claim of claims.yaml has exactly one check, and every table a check needs is produced.
-    The workflow calls this when it builds the DAG, so a gap fails before any job runs."""
+def check_declarations(claims: list[dict], available, figures=None) -> None:
+    """Every claim of claims.yaml has exactly one check, every table a check needs is produced, and
+    every figure a claim links is drawn (when ``figures`` is given). The workflow calls this when it
+    builds the DAG, so a gap fails before any job runs."""
     ids = [c["id"] for c in claims]
     if sorted(ids) != sorted(CHECKS):
         raise ValueError(f"claims.yaml ids {sorted(ids)} and registered checks {sorted(CHECKS)} differ")
@@ -250,6 +251,9 @@ def check_declarations(claims: list[dict], available) -> None:
         missing = [k for k in c.tables if k not in available]
         if missing:
             raise ValueError(f"claim {c.id} ({c.fn.__name__}) needs tables no experiment produces: {missing}")
+    for c in claims:
+        if figures is not None and c.get("figure") and c["figure"] not in figures:
+            raise ValueError(f"claim {c['id']} links figure {c['figure']!r}, which lab/figures.py does not draw")
 
 
 def settle(claims: list[dict], tables: dict[str, pd.DataFrame]) -> pd.DataFrame:

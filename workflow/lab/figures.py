@@ -21,6 +21,14 @@ FIGURES: dict[str, Figure] = {}
 PERFORMANCE = tuple(f"{k}/performance" for k in summary.MEMORY_BOUND)
 
 
+def check_declarations(available) -> None:
+    """Every table a figure is drawn from is produced; the workflow calls this when it builds the DAG."""
+    for fig in FIGURES.values():
+        missing = [k for k in fig.tables if k not in available]
+        if missing:
+            raise ValueError(f"figure {fig.name} needs tables no configured experiment produces: {missing}")
+
+
 def figure(name: str, tables, category: str):
     def register(fn):
         FIGURES[name] = Figure(name, tuple(tables), category, fn)

@@ -16,6 +16,7 @@ import platform
 import re
 import shutil
 import subprocess
+from functools import lru_cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,8 +56,10 @@ def git_dirty() -> str:
     return "unknown" if status is None else str(bool(status)).lower()
 
 
+@lru_cache(maxsize=None)
 def nvidia_smi(gpu: str | None = None) -> dict:
-    """Name, driver, UUID and SM clocks of one GPU (nvidia-smi numbering), without touching CUDA."""
+    """Name, driver, UUID and SM clocks of one GPU (nvidia-smi numbering), without touching CUDA.
+    Read once per process: a job's software and its clocks are those of its start."""
     if not shutil.which("nvidia-smi"):
         return {}
     fields = ["name", "driver_version", "uuid", "clocks.sm", "clocks.max.sm"]

@@ -38,11 +38,12 @@ class ForeignRunError(RuntimeError):
 
 
 def check_owner(run_dir: str | Path, device: str, backend: str, overwrite: bool = False) -> None:
-    """Refuse to write into a run made on another device or backend, unless told to."""
+    """Refuse to write into a run made on another device or backend, unless told to. The workflow asks
+    this when it plans (a foreign run then gets no experiment rules), and each job asks again."""
     others = owners(run_dir) - {(device, backend)}
     if others and not overwrite:
         made_by = "; ".join(f"{d} ({b})" for d, b in sorted(others))
         raise ForeignRunError(
-            f"{run_dir} was made on {made_by}; this job runs on {device} ({backend}) and will not mix or "
+            f"{run_dir} was made on {made_by}; this machine is {device} ({backend}) and will not mix or "
             f"overwrite its results. Use another run name (--config run=NAME), or --config "
             f"overwrite_foreign_run=true to write there anyway.")

@@ -23,7 +23,7 @@ for _path in (ROOT, os.path.join(ROOT, "workflow")):
 validate(config, "../schemas/config.schema.yaml")
 
 import kernels.backend  # noqa: E402  (no side effects: resolves, does not select)
-from lab import claims, job, provenance, runs, settings, sources  # noqa: E402
+from lab import claims, figures, job, provenance, runs, settings, sources  # noqa: E402
 from lab.compare import run_tables  # noqa: E402
 from lab.experiments import registry  # noqa: E402
 from lab.figures import FIGURES  # noqa: E402
@@ -74,13 +74,13 @@ def figure(name):
 # Whose run is this? Only the device and backend that made it may write into it. Another machine gets no
 # experiment rules for it at all: a job that merely refused would still lose the table, since Snakemake
 # deletes a job's old outputs before it runs and after it fails.
-OWNERS = runs.owners(OUT)
-OWN_RUN = not OWNERS or OWNERS == {(SOFTWARE["device"], BACKEND)} or config["overwrite_foreign_run"]
-if not OWN_RUN:
-    _made_by = "; ".join(f"{d} ({b})" for d, b in sorted(OWNERS))
-    print(f"Note: {OUT} was made on {_made_by}; this machine is {SOFTWARE['device']} ({BACKEND}), so no experiment "
-          "is planned there from here: its tables are read as they are, never overwritten. Use another run name "
-          "(--config run=NAME), or --config overwrite_foreign_run=true to write there anyway.", file=sys.stderr)
+try:
+    runs.check_owner(OUT, SOFTWARE["device"], BACKEND, config["overwrite_foreign_run"])
+    OWN_RUN = True
+except runs.ForeignRunError as refusal:
+    OWN_RUN = False
+    print(f"Note: {refusal} No experiment is planned there from this machine: its tables are read as they are.",
+          file=sys.stderr)
 STALE, OUTDATED_FOREIGN = set(), []
 for _key in EXPERIMENTS:
     _rec = runs.recorded(table(_key))
@@ -103,7 +103,12 @@ def experiment_key(kernel):
 def code_input(kernel):
     """The job's source files; `ancient` unless its table is stale (then they rerun it by date)."""
     key = experiment_key(kernel)
-    return lambda wildcards: CODE[key(wildcards)] if key(wildcards) in STALE else [ancient(f) for f in CODE[key(wildcards)]]
+
+    def files(wildcards):
+        k = key(wildcards)
+        return CODE[k] if k in STALE else [ancient(f) for f in CODE[k]]
+
+    return files
 
 
 def experiment_params(kernel):
@@ -118,14 +123,8 @@ def experiment_params(kernel):
 # Claims and figures name the tables they need: a gap fails here, before any job runs.
 with open(os.path.join(ROOT, "workflow/claims.yaml")) as _fh:
     CLAIMS = yaml.safe_load(_fh)
-claims.check_declarations(CLAIMS, EXPERIMENTS)
-for _name, _fig in FIGURES.items():
-    _missing = [k for k in _fig.tables if k not in EXPERIMENTS]
-    if _missing:
-        raise ValueError(f"figure {_name} needs tables no configured experiment produces: {_missing}")
-for _c in CLAIMS:
-    if _c.get("figure") and _c["figure"] not in FIGURES:
-        raise ValueError(f"claim {_c['id']} links figure {_c['figure']!r}, which workflow/lab/figures.py does not draw")
+claims.check_declarations(CLAIMS, EXPERIMENTS, FIGURES)
+figures.check_declarations(EXPERIMENTS)
 
 
 def compared_tables(wildcards):

@@ -127,14 +127,13 @@ def performance(s: dict) -> list[dict]:
                         except RuntimeError as e:  # a backend that does not support this shape/device
                             rows.append(row("time_ms", None, status="unsupported", error=str(e)[:300], variant=mode, **params))
                             continue
-                        if provider == "triton_flash":
-                            tiles = tiles_in_use()
-                            if mode == "fwd":  # the backward tiles belong to the previous shape
-                                tiles = {k: v for k, v in tiles.items() if k == "fwd"}
-                            which = {f"tile_{k}": v for k, v in tiles.items()}
-                        else:
-                            which = {"sdpa_backend": sdpa_backend_of(fwd)}
-                        rows += timing_rows(times, tflop, "TFLOP", variant=mode, **params, **which)
+                        if provider != "triton_flash" and "sdpa_backend" not in params:  # once it ran
+                            params["sdpa_backend"] = sdpa_backend_of(fwd)
+                        tiles = tiles_in_use() if provider == "triton_flash" else {}
+                        if mode == "fwd":  # the backward tiles belong to the previous shape
+                            tiles = {k: v for k, v in tiles.items() if k == "fwd"}
+                        rows += timing_rows(times, tflop, "TFLOP", variant=mode, **params,
+                                            **{f"tile_{k}": v for k, v in tiles.items()})
     return rows + _launch_floor(s)
 
 
