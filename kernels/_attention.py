@@ -65,6 +65,21 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
 
     Raises triton's OutOfResources when K/V no longer fit in shared memory (the writeup's wall).
     """
+    args, cfg = _arguments(q, k, v)
+    out, n_q = args[3], q.shape[0]
+    if n_q:
+        _attention_kernel[(triton.cdiv(n_q, cfg["BLOCK_Q"]),)](*args, **cfg)
+    return out
+
+
+def shared_memory_required(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:
+    """Bytes of shared memory ``attention(q, k, v)`` asks for, compiled for this GPU without launching
+    (so also where the launch would fail). GPU only."""
+    args, cfg = _arguments(q, k, v)
+    return _attention_kernel.warmup(*args, grid=(1,), **cfg).metadata.shared
+
+
+def _arguments(q, k, v) -> tuple[tuple, dict]:
     for name, t in (("q", q), ("k", k), ("v", v)):
         _checks.tensor(t, name, ndim=2)
     _checks.same("k", k, "v", v)
@@ -78,12 +93,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
     # The writeup's kernel uses one (row_stride, col_stride) pair for all four tensors.
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     out = torch.empty_like(q)
-    if n_q:
-        cfg = launch_config(n_k, d)
-        grid = (triton.cdiv(n_q, cfg["BLOCK_Q"]),)
-        _attention_kernel[grid](q, k, v, out, q.stride(0), q.stride(1), n_q, n_k, d,
-                                1.0 / math.sqrt(d), **cfg)
-    return out
+    return (q, k, v, out, q.stride(0), q.stride(1), n_q, n_k, d, 1.0 / math.sqrt(d)), launch_config(n_k, d)
 
 
 def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,10 @@
-"""Kernel 2 of the writeup: ReLU then dropout fused into one pass (one load, one store), with four
-random numbers per Philox evaluation so the kernel runs at memory speed rather than RNG speed."""
+"""Kernel 2 of the writeup: ReLU then dropout fused into one pass (one load, one store).
+
+``relu_dropout_writeup`` is the writeup's kernel as written: one ``tl.rand`` (one Philox evaluation)
+per element. ``relu_dropout`` is the improved kernel: four random numbers per Philox evaluation, so it
+runs at memory speed rather than RNG speed. Both are pure functions of (seed, element index), but they
+draw different masks for the same seed.
+"""
 from __future__ import annotations
 
 import torch
@@ -25,8 +30,30 @@ def _relu_dropout_kernel(x_ptr, out_ptr, n_elements, p, seed, BLOCK_SIZE: tl.con
     tl.store(out_ptr + offsets, out, mask=mask)
 
 
+@triton.jit
+def _relu_dropout_writeup_kernel(x_ptr, out_ptr, n_elements, p, seed, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask)
+    x = tl.maximum(x, 0.0)
+    randoms = tl.rand(seed, offsets)
+    dropout_mask = randoms > p
+    out = tl.where(dropout_mask, x / (1 - p), 0.0)
+    tl.store(out_ptr + offsets, out, mask=mask)
+
+
 def relu_dropout(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -> torch.Tensor:
     """dropout(relu(x)): each element is zeroed with probability p, survivors scaled by 1/(1-p)."""
+    return _launch(_relu_dropout_kernel, x, p, seed, block_size)
+
+
+def relu_dropout_writeup(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -> torch.Tensor:
+    """The writeup's kernel as written (one tl.rand per element); same contract as relu_dropout."""
+    return _launch(_relu_dropout_writeup_kernel, x, p, seed, block_size)
+
+
+def _launch(kernel, x: torch.Tensor, p: float, seed: int, block_size: int) -> torch.Tensor:
     _checks.tensor(x, "x")
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
         raise ValueError(f"p must be a number in [0, 1), got {p!r}")
@@ -36,7 +63,7 @@ def relu_dropout(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -
     out = torch.empty_like(x)
     n = out.numel()
     if n:
-        _relu_dropout_kernel[(triton.cdiv(n, block_size),)](x, out, n, float(p), seed, BLOCK_SIZE=block_size)
+        kernel[(triton.cdiv(n, block_size),)](x, out, n, float(p), seed, BLOCK_SIZE=block_size)
     return out
 
 

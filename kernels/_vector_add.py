@@ -33,5 +33,28 @@ def vector_add(x: torch.Tensor, y: torch.Tensor, block_size: int = 1024) -> torc
     return out
 
 
+@triton.jit
+def _vector_add_unmasked_kernel(x_ptr, y_ptr, out_ptr, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets) + tl.load(y_ptr + offsets))
+
+
+def vector_add_unmasked(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, block_size: int = 1024) -> None:
+    """The add kernel with its mask removed, to show what the mask prevents (claim 14): the last block
+    reads and writes up to ``block_size - 1`` elements past the end of x, y and out. Memory safe only
+    when the three are views into buffers with at least that much room after them; this function checks
+    that they are, and is not for computing anything."""
+    for name, t in (("x", x), ("y", y), ("out", out)):
+        _checks.tensor(t, name, ndim=1, dtypes=DTYPES)
+        _checks.same("x", x, name, t)
+        room = t.untyped_storage().nbytes() // t.element_size() - t.storage_offset()
+        if not t.is_contiguous() or room < triton.cdiv(t.numel(), block_size) * block_size:
+            raise ValueError(f"{name} must be a contiguous view with room for whole blocks of {block_size} "
+                             f"after it: {room} elements of storage for {t.numel()}")
+    if out.numel():
+        _vector_add_unmasked_kernel[(triton.cdiv(out.numel(), block_size),)](x, y, out, BLOCK_SIZE=block_size)
+
+
 def vector_add_ref(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return x + y

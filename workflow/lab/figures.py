@@ -6,6 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from pathlib import Path
+
+import yaml
+
 from . import plots, summary
 
 
@@ -19,6 +23,13 @@ class Figure:
 
 FIGURES: dict[str, Figure] = {}
 PERFORMANCE = tuple(f"{k}/performance" for k in summary.MEMORY_BOUND)
+CLAIMS = Path(__file__).resolve().parents[1] / "claims.yaml"  # what the writeup said, marked on figures
+
+
+def said(claim_id: int, key: str):
+    """A value the writeup gave, as workflow/claims.yaml states it in the claim's settings."""
+    claims = yaml.safe_load(CLAIMS.read_text())
+    return next(c for c in claims if c["id"] == claim_id)["settings"][key]
 
 
 def check_declarations(available) -> None:
@@ -39,7 +50,7 @@ def figure(name: str, tables, category: str):
 
 @figure("softmax_bug", ["softmax/bug"], "Softmax")
 def _softmax_bug(t):
-    return plots.softmax_bug(t["softmax/bug"])
+    return plots.softmax_bug(t["softmax/bug"], said(6, "writeup_max_abs_diff"))
 
 
 @figure("dropout_rates", ["relu_dropout/statistics"], "Dropout")
@@ -72,3 +83,20 @@ def _ceiling_fraction(t):
 def _flash_performance(t):
     ceil = summary.ceilings(t["calibration/ceilings"])
     return plots.flash_performance(t["flash_attention/performance"], ceil.get("matmul_tflops"))
+
+
+@figure("fusion", ["relu_dropout/performance", "softmax/performance"], "Performance")
+def _fusion(t):
+    return plots.fusion(summary.fusion(t), plots.device_of(t["softmax/performance"]))
+
+
+@figure("flash_vs_best_sdpa", ["flash_attention/performance"], "Performance")
+def _flash_vs_best_sdpa(t):
+    perf = t["flash_attention/performance"]
+    return plots.flash_vs_best_sdpa(summary.flash_vs_sdpa(perf, None), plots.device_of(perf))
+
+
+@figure("call_latency", ["flash_attention/performance"], "Performance")
+def _call_latency(t):
+    perf = t["flash_attention/performance"]
+    return plots.call_latency(summary.launch_floor(perf), plots.device_of(perf))

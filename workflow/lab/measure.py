@@ -78,18 +78,26 @@ def timing_rows(times: dict[float, float], work: float, work_unit: str, **params
     return rows
 
 
-def sdpa_backend_of(fn) -> str:
-    """Which SDPA backend a call actually ran, read from the names of the CUDA kernels it launched."""
+def cuda_kernels(fn) -> list[str]:
+    """Names of the CUDA kernels one call of ``fn`` launches, in order (torch.profiler)."""
     from torch.profiler import ProfilerActivity, profile
 
+    fn()  # once outside the profile: compiling or autotuning launches kernels that a steady call does not
+    torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
     names = []
     for e in prof.events():  # kernels appear as CUDA events, or attached to the op that launched them
         if e.device_type == torch.autograd.DeviceType.CUDA:
-            names.append(e.name.lower())
-        names += [k.name.lower() for k in getattr(e, "kernels", [])]
+            names.append(e.name)
+        names += [k.name for k in getattr(e, "kernels", [])]
+    return names
+
+
+def sdpa_backend_of(fn) -> str:
+    """Which SDPA backend a call actually ran, read from the names of the CUDA kernels it launched."""
+    names = [n.lower() for n in cuda_kernels(fn)]
     for backend, marks in (("cudnn", ("cudnn",)), ("flash", ("flash",)),
                            ("efficient", ("fmha", "efficient", "mem_eff"))):
         if any(m in n for n in names for m in marks):

@@ -45,34 +45,43 @@ def _band(ax, df: pd.DataFrame, x: str, hue: str, metric: str):
     ax.legend(fontsize=8)
 
 
-def softmax_bug(df: pd.DataFrame) -> plt.Figure:
+def softmax_bug(df: pd.DataFrame, writeup_diff: float) -> plt.Figure:
     d = _measured(df)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    block = int(d.loc[d["variant"] == "hardcoded", "block_size"].iloc[0])
     for ax, metric, label in ((axes[0], "columns_dropped", "columns never written"),
-                              (axes[1], "max_abs_diff", "max |triton - torch|")):
+                              (axes[1], "max_abs_diff", "max |triton - torch| (log)")):
         sns.lineplot(data=d[d["metric"] == metric], x="n_cols", y="value", hue="variant", style="variant",
                      markers=True, dashes=False, ax=ax)
-        block = int(d.loc[d["variant"] == "hardcoded", "block_size"].iloc[0])
         ax.axvline(block, color="red", ls="--", lw=1)
-        ax.text(block, ax.get_ylim()[1] * 0.9, f" BLOCK_SIZE={block}", color="red", fontsize=9)
         ax.set(xlabel="n_cols", ylabel=label)
+    axes[1].set_yscale("log")
+    axes[1].axhline(writeup_diff, color="grey", ls=":", lw=1)
+    axes[1].annotate(f"writeup at n_cols=2000: {writeup_diff:g}", (2000, writeup_diff), xytext=(-4, 4), ha="right",
+                     textcoords="offset points", fontsize=8, color="grey")
+    for ax in axes:
+        ax.text(block, 0.02, f" BLOCK_SIZE={block}", color="red", fontsize=9, transform=ax.get_xaxis_transform())
     fig.suptitle(f"softmax: the hard-coded BLOCK_SIZE bug vs the fix ({device_of(df)})")
     fig.tight_layout()
     return fig
 
 
 def dropout_rates(df: pd.DataFrame) -> plt.Figure:
+    """Each seed's drop rate minus p, in binomial standard deviations, with the writeup's band."""
     d = _measured(df)
     rates = d[d["metric"] == "drop_rate"].copy()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    sns.stripplot(data=rates, x="p", y="value", ax=ax, alpha=0.5, size=3, jitter=0.25)
-    for i, p in enumerate(sorted(rates["p"].unique())):
-        tol = d.loc[d["metric"] == "within_tolerance_single_seed", "tolerance"].iloc[0]
-        ax.hlines([p - tol, p, p + tol], i - 0.4, i + 0.4, colors=["grey", "black", "grey"], linestyles=[":", "-", ":"])
-    n_seeds = rates.groupby("p").size().iloc[0]
-    ax.set(xlabel="p", ylabel="empirical drop rate",
-           title=f"relu_dropout: drop rate over {n_seeds} seeds, size {int(rates['size'].iloc[0])} "
-                 f"(line: p, dotted: +/- tolerance) ({device_of(df)})")
+    rates["sigmas"] = (rates["value"] - rates["p"]) / rates["sigma"]
+    fig, ax = plt.subplots(figsize=(8, 4.4))
+    sns.stripplot(data=rates, x="p", y="sigmas", hue="provider", dodge=True, ax=ax, alpha=0.5, size=3, jitter=0.2)
+    for i, (p, g) in enumerate(rates.groupby("p")):
+        band = g["tolerance"].iloc[0] / g["sigma"].iloc[0]
+        ax.hlines([-band, band], i - 0.45, i + 0.45, colors="grey", linestyles=":")
+        ax.text(i + 0.45, band, f"+/-{g['tolerance'].iloc[0]:g}", fontsize=7, color="grey", ha="right", va="bottom")
+    ax.axhline(0, color="black", lw=1)
+    n_seeds = rates.groupby(["p", "provider"]).size().iloc[0]
+    ax.set(xlabel="p", ylabel="(drop rate - p) / binomial sigma",
+           title=f"relu_dropout: drop rate over {n_seeds} seeds, size {int(rates['size'].iloc[0])}; dotted: the "
+                 f"writeup's band ({device_of(df)})")
     ax.title.set_fontsize(9)
     fig.tight_layout()
     return fig
@@ -91,7 +100,8 @@ def bandwidth(tables: dict[str, pd.DataFrame], copy_gbps: float | None) -> plt.F
         _band(ax, d, x, "provider", "bandwidth")
         if copy_gbps:
             ax.axhline(copy_gbps, color="black", ls="--", lw=1)
-            ax.text(ax.get_xlim()[0], copy_gbps, " device copy", va="bottom", fontsize=8)
+            ax.text(ax.get_xlim()[0], copy_gbps, f" device copy, measured: {copy_gbps:.0f} GB/s", va="bottom",
+                    fontsize=8)
         ax.set(xscale="log", xlabel=x, ylabel="GB/s (bytes the op must move / time)", title=kernel)
     fig.suptitle(f"bandwidth, median and p20-p80 ({device_of(pd.concat(tables.values()))})")
     fig.tight_layout()
@@ -99,20 +109,33 @@ def bandwidth(tables: dict[str, pd.DataFrame], copy_gbps: float | None) -> plt.F
 
 
 def wall(attn: pd.DataFrame, flash: pd.DataFrame) -> plt.Figure:
-    """Which n_k each kernel handles: the writeup's fails at its wall, flash runs on."""
-    fig, ax = plt.subplots(figsize=(9, 4.2))
-    a = attn.copy()
+    """Top: which n_k each kernel handles (the writeup's fails at its wall, flash runs on). Bottom: the
+    shared memory the writeup's kernel asks for against the per-block limit."""
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 7.5), height_ratios=[1.1, 1])
+    runs = attn[attn["metric"] != "shared_required"] if (attn["status"] == "ok").any() else attn
+    a = runs.copy()
     a["series"] = "writeup attention, " + a["dtype"] + " d=" + a["d"].astype(int).astype(str)
     f = flash[flash["metric"] == "max_abs_diff"].copy()
     f["series"] = "flash_attention, " + f["dtype"] + " d=" + f["d"].astype(int).astype(str)
     both = pd.concat([a, f], ignore_index=True)
-    both["outcome"] = both["status"].map({"ok": "ran, correct", "out_of_resources": "out of shared memory",
+    both["outcome"] = both["status"].map({"ok": "ran, correct", "out_of_resources": "failed: out of shared memory",
                                           "compiled_only": "compiled for sm_90 only"}).fillna(both["status"])
     sns.scatterplot(data=both, x="n_k", y="series", hue="outcome", style="outcome", s=60, ax=ax,
-                    palette={"ran, correct": "tab:green", "out of shared memory": "tab:red",
+                    markers={"ran, correct": "o", "failed: out of shared memory": "X", "compiled for sm_90 only": "s"},
+                    palette={"ran, correct": "tab:green", "failed: out of shared memory": "tab:red",
                              "compiled for sm_90 only": "tab:grey"})
-    ax.set(xscale="log", xlabel="n_k (keys)", ylabel="")
+    ax.set(xscale="log", xlabel="n_k (keys; powers of two and one past each)", ylabel="")
     ax.set_title(f"attention: the shared-memory wall ({device_of(both)})")
+    need = attn[attn["metric"] == "shared_required"].copy()
+    need["series"] = need["dtype"] + " d=" + need["d"].astype(int).astype(str)
+    sns.lineplot(data=need.assign(KiB=need["value"] / 1024), x="n_k", y="KiB", hue="series", marker="o", ax=ax2)
+    limit = attn["shared_limit"].dropna() if "shared_limit" in attn else pd.Series(dtype=float)
+    if len(limit):
+        ax2.axhline(limit.iloc[0] / 1024, color="red", ls="--", lw=1)
+        ax2.text(need["n_k"].min(), limit.iloc[0] / 1024, f" limit per block: {int(limit.iloc[0])} B", color="red",
+                 va="bottom", fontsize=8)
+    ax2.set(xscale="log", yscale="log", xlabel="n_k", ylabel="shared memory asked for (KiB)",
+            title="shared memory the writeup's kernel needs (compiled for sm_90)")
     fig.tight_layout()
     return fig
 
@@ -171,5 +194,52 @@ def ceiling_fraction(fractions: pd.DataFrame) -> plt.Figure:
     sns.move_legend(ax, "upper center", bbox_to_anchor=(0.4, -0.12), ncol=2, title=None, frameon=False)
     ax.set(xlabel="fraction of the ceiling measured in the same run", ylabel="")
     ax.set_title(f"best median throughput / measured ceiling ({fractions['device'].iloc[0]})")
+    fig.tight_layout()
+    return fig
+
+
+def fusion(f: pd.DataFrame, device: str) -> plt.Figure:
+    """Unfused time / fused time per size: above 1 the fused kernel is faster."""
+    if f.empty:
+        return placeholder("fused vs unfused: time ratio", pd.DataFrame({"device": [device], "error": ["needs a GPU"]}))
+    fig, ax = plt.subplots(figsize=(8, 4.4))
+    sns.lineplot(data=f, x="size", y="time_ratio", hue="comparison", marker="o", ax=ax)
+    ax.axhline(1.0, color="black", lw=1)
+    ax.set(xscale="log", yscale="log", xlabel="elements (relu_dropout) or columns of 4096 rows (softmax)",
+           ylabel="unfused time / fused time (median)", title=f"what fusion buys, by size ({device})")
+    sns.move_legend(ax, "upper left", fontsize=7, title=None)
+    fig.tight_layout()
+    return fig
+
+
+def flash_vs_best_sdpa(wide: pd.DataFrame, device: str) -> plt.Figure:
+    """flash_attention's TFLOP/s over the fastest SDPA backend's at each point."""
+    if wide.empty or "triton/best_sdpa" not in wide:
+        return placeholder("flash_attention / best SDPA", pd.DataFrame({"device": [device], "error": ["needs a GPU"]}))
+    d = wide.assign(case=lambda w: w["variant"] + ", d=" + w["d"].astype(int).astype(str)
+                    + w["causal"].astype(bool).map({True: ", causal", False: ""}))
+    fig, ax = plt.subplots(figsize=(8, 4.4))
+    sns.lineplot(data=d, x="seq", y="triton/best_sdpa", hue="case", style="variant", marker="o", ax=ax)
+    ax.axhline(1.0, color="black", lw=1)
+    best = ", ".join(sorted(d["best_sdpa"].unique()))
+    ax.set(xscale="log", xlabel="sequence length (batch x seq constant)",
+           ylabel="flash_attention / best SDPA (TFLOP/s)",
+           title=f"flash_attention against the fastest SDPA backend ({best}) ({device})")
+    ax.title.set_fontsize(9)
+    fig.tight_layout()
+    return fig
+
+
+def call_latency(floor: dict[str, float], device: str) -> plt.Figure:
+    """Microseconds per call on a problem too small to keep the GPU busy."""
+    if not floor:
+        return placeholder("per-call latency", pd.DataFrame({"device": [device], "error": ["needs a GPU"]}))
+    d = pd.DataFrame({"provider": list(floor), "us": list(floor.values())}).sort_values("us")
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    sns.barplot(data=d, y="provider", x="us", ax=ax, color="tab:blue")
+    for i, us in enumerate(d["us"]):
+        ax.text(us, i, f" {us:.0f}", va="center", fontsize=8)
+    ax.set(xlabel="median time per call (us), B=1 H=1 S=16 D=64", ylabel="",
+           title=f"attention: per-call latency ({device})")
     fig.tight_layout()
     return fig

@@ -11,6 +11,32 @@ from . import claims as claims_mod
 from . import provenance, summary
 from .table import PROVENANCE, atomic_path
 
+CAPTIONS = Path(__file__).resolve().parents[1] / "report"  # <figure name>.rst, shared with `snakemake --report`
+
+# Which kernel each provider name in the tables is.
+PROVIDERS = {
+    "triton_writeup": "the writeup's kernel as written: `kernels.relu_dropout_writeup` (one `tl.rand` per element); "
+                      "for attention `kernels.attention` (all of K/V at once, BLOCK_Q=16, BLOCK_K=next_power_of_2(n_k), "
+                      "BLOCK_V=next_power_of_2(d): the writeup does not show its launcher)",
+    "triton_fused": "the project's improved kernel: `kernels.relu_dropout` (`tl.rand4x`, four draws per Philox call) or "
+                    "`kernels.softmax` (block sized to the row; `softmax(x, 1024)` is the writeup's bug)",
+    "triton": "`kernels.vector_add`, the writeup's kernel",
+    "triton_flash": "`kernels.flash_attention`, the rung the writeup did not climb (tiled online softmax, fwd + bwd)",
+    "torch_unfused": "`dropout(relu(x))`: two torch kernels",
+    "torch_softmax": "`torch.softmax`",
+    "torch_naive": "softmax as five torch ops (max, subtract, exp, sum, divide)",
+    "torch_sdpa / sdpa_*": "`F.scaled_dot_product_attention`, backend forced and then read from the kernels it launched "
+                           "(column `sdpa_backend`)",
+}
+FLOPS = ("FLOPs for attention follow FlashAttention's convention: 4·B·H·S²·D for the forward (two S×S×D matmuls, "
+         "2 FLOPs per multiply-add), ×0.5 under a causal mask, ×3.5 for forward+backward. Bandwidth counts the "
+         "bytes an op must move at the least, stated per provider in the code (column `bytes`).")
+
+
+def caption(name: str) -> str:
+    path = CAPTIONS / f"{name}.rst"
+    return " ".join(path.read_text().split()).replace("``", "`") if path.exists() else ""
+
 
 def _md_table(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
     def fmt(v):
@@ -57,14 +83,12 @@ def _performance(tables: dict[str, pd.DataFrame]) -> str:
     for kernel, x in summary.MEMORY_BOUND.items():
         peak = summary.peak_bandwidth(tables[f"{kernel}/performance"], ceil["copy_gbps"], x)
         out.append(f"**{kernel}**\n\n" + _md_table(peak) + "\n")
-    dr = summary.fused_vs_unfused(tables["relu_dropout/performance"], "triton_fused", "torch_unfused", "size")
-    out.append(f"Fused vs unfused relu+dropout at {dr['size']} elements: unfused moves {dr['bytes_ratio']:.2f}x the "
-               f"bytes and takes {dr['time_ratio']:.2f}x the time.")
-    sm = tables["softmax/performance"]
-    for dt in sorted(summary.ok(sm)["dtype"].unique()):
-        r = summary.fused_vs_unfused(sm, "triton_fused", "torch_naive", "n_cols", dtype=dt)
-        out.append(f"Fused softmax vs naive five-op torch ({dt}, 4096 x {r['n_cols']}): naive moves "
-                   f"{r['bytes_ratio']:.0f}x the bytes and takes {r['time_ratio']:.2f}x the time.")
+    f = summary.fusion(tables)
+    if not f.empty:
+        wide = f.pivot_table(index="size", columns="comparison", values="time_ratio")
+        wide.columns.name = None
+        out.append("\n### What fusion buys: unfused time / fused time (median; > 1: fused is faster)\n\n"
+                   + _md_table(wide.reset_index(), ".2f"))
     att = summary.median(tables["attention/performance"], "throughput")
     if not att.empty:
         wide = att.pivot_table(index=["n_q", "d", "dtype"], columns="provider", values="value").reset_index()
@@ -74,7 +98,9 @@ def _performance(tables: dict[str, pd.DataFrame]) -> str:
     perf = tables["flash_attention/performance"]
     f = summary.flash_vs_sdpa(perf, ceil["matmul_tflops"])
     if not f.empty:
-        out.append("\n### flash_attention vs SDPA backends, median TFLOP/s (bf16)\n\n" + _md_table(f))
+        out.append(f"\n### flash_attention vs SDPA backends, median TFLOP/s (bf16, batch x seq = "
+                   f"{int(f['batch'].mul(f['seq']).max())})\n\n" + FLOPS + " `best_sdpa` is the fastest SDPA backend at "
+                   "each point, and `triton/best_sdpa` the ratio against it.\n\n" + _md_table(f))
         floor = summary.launch_floor(perf)
         out.append("\nTime per call at B=1, H=1, S=16, D=64 (the per-call host overhead that bounds short sequences): "
                    + ", ".join(f"{p} {us:.0f} us" for p, us in sorted(floor.items())) + ".")
@@ -103,8 +129,11 @@ def build(tables: dict[str, pd.DataFrame], claims_path: str, figures: list[str],
         "not reproduced / needs a GPU (never guessed: a claim this run could not measure says so).",
         "## Provenance\n\n" + _provenance(tables),
         "## Claims\n\n" + tally + "\n\n" + _md_table(table),
+        "## Kernels\n\nThe provider names in the tables and below:\n\n"
+        + "\n".join(f"- `{k}`: {v}" for k, v in PROVIDERS.items()),
         "## Performance\n\n" + _performance(tables),
-        "## Figures\n\n" + "\n\n".join(f"![{Path(f).stem}]({fig_dir}/{Path(f).name})" for f in figures),
+        "## Figures\n\n" + "\n\n".join(f"### {Path(f).stem}\n\n![{Path(f).stem}]({fig_dir}/{Path(f).name})\n\n"
+                                          f"{caption(Path(f).stem)}" for f in figures),
         "## Tables\n\n" + "\n".join(f"- `{k}.parquet`: {len(v)} rows" for k, v in sorted(tables.items())),
     ]
     with atomic_path(out_path) as tmp:

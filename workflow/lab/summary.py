@@ -10,7 +10,7 @@ MEMORY_BOUND = {"vector_add": "size", "relu_dropout": "size", "softmax": "n_cols
 def ok(df: pd.DataFrame, **where) -> pd.DataFrame:
     d = df[df["status"] == "ok"]
     for col, val in where.items():
-        d = d[d[col] == val]
+        d = d[d[col] == val] if col in d else d.iloc[:0]  # a table without the column has no such rows
     return d
 
 
@@ -19,14 +19,15 @@ def median(df: pd.DataFrame, metric: str, **where) -> pd.DataFrame:
 
 
 def ceilings(cal: pd.DataFrame) -> dict:
-    """copy GB/s and bf16 matmul TFLOP/s (medians) and shared memory per block; {} without a GPU."""
+    """copy GB/s and bf16 matmul TFLOP/s (medians) and the device's properties (shared memory per block,
+    per SM, device memory, ... as recorded); {} without a GPU."""
     if ok(cal).empty:
         return {}
     return {
         "copy_gbps": median(cal, "bandwidth", provider="device_copy")["value"].iloc[0],
         "matmul_tflops": median(cal, "throughput", provider="bf16_matmul")["value"].iloc[0],
-        "shared_memory_per_block": int(ok(cal, metric="shared_memory_per_block")["value"].iloc[0]),
         "device": cal["device"].iloc[0],
+        **{m: int(g["value"].iloc[0]) for m, g in ok(cal, provider="device").groupby("metric")},
     }
 
 
@@ -38,24 +39,49 @@ def peak_bandwidth(df: pd.DataFrame, copy_gbps: float, x: str = "size") -> pd.Da
     return best.assign(fraction_of_copy=best["value"] / copy_gbps).rename(columns={"value": "GB/s", x: f"at {x}"})
 
 
-def fused_vs_unfused(df: pd.DataFrame, fused: str, unfused: str, x: str, **where) -> dict:
-    """Time and bytes of the unfused version over the fused one, at the largest size measured."""
+def fused_vs_unfused(df: pd.DataFrame, fused: str, unfused: str, x: str, **where) -> pd.DataFrame:
+    """Per size: median time of each, and the unfused version's time and bytes over the fused one's
+    (> 1: the fused kernel is faster / moves fewer bytes)."""
     t = median(df, "time_ms", **where)
-    largest = t[x].max()
-    t = t[t[x] == largest].set_index("provider")
-    return {x: int(largest), "time_ratio": t.loc[unfused, "value"] / t.loc[fused, "value"],
-            "bytes_ratio": t.loc[unfused, "bytes"] / t.loc[fused, "bytes"],
-            "fused_ms": t.loc[fused, "value"], "unfused_ms": t.loc[unfused, "value"]}
+    wide = t.pivot_table(index=x, columns="provider", values=["value", "bytes"])
+    out = pd.DataFrame({"fused_ms": wide["value"][fused], "unfused_ms": wide["value"][unfused],
+                        "bytes_ratio": wide["bytes"][unfused] / wide["bytes"][fused]})
+    return out.assign(time_ratio=out["unfused_ms"] / out["fused_ms"]).reset_index().sort_values(x)
+
+
+# (kernel table, fused provider, unfused provider, size column): what claim 12 and its figure compare
+FUSION = (("relu_dropout", "triton_writeup", "torch_unfused", "size"),
+          ("relu_dropout", "triton_fused", "torch_unfused", "size"),
+          ("softmax", "triton_fused", "torch_naive", "n_cols"))
+
+
+def fusion(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Every FUSION comparison, per dtype and size, in one long frame."""
+    parts = []
+    for kernel, fused, unfused, x in FUSION:
+        d = ok(tables[f"{kernel}/performance"])
+        for dtype in sorted(d["dtype"].unique()) if len(d) else ():
+            r = fused_vs_unfused(d, fused, unfused, x, dtype=dtype).rename(columns={x: "size"})
+            parts.append(r.assign(kernel=kernel, fused=fused, unfused=unfused, dtype=dtype,
+                                  comparison=f"{kernel}: {fused} vs {unfused} ({dtype})"))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
 def flash_vs_sdpa(df: pd.DataFrame, matmul_tflops: float | None) -> pd.DataFrame:
-    """Median TFLOP/s per provider for every (mode, d, causal, seq), with ratios to SDPA's flash backend."""
+    """Median TFLOP/s per provider for every (mode, d, causal, seq), with ratios to SDPA's flash backend
+    and to the fastest SDPA backend at that point."""
     d = median(df, "throughput")
     if d.empty:
         return d
-    wide = d.pivot_table(index=["variant", "d", "causal", "seq"], columns="provider", values="value").reset_index()
+    wide = d.pivot_table(index=["variant", "d", "causal", "seq", "batch"], columns="provider",
+                         values="value").reset_index()
+    wide.columns.name = None
+    sdpa = [c for c in wide.columns if str(c).startswith("sdpa_")]
     if "sdpa_flash" in wide:
         wide["triton/sdpa_flash"] = wide["triton_flash"] / wide["sdpa_flash"]
+    if sdpa:  # the best peer at each point, not the easiest one
+        wide["best_sdpa"] = wide[sdpa].idxmax(axis=1)
+        wide["triton/best_sdpa"] = wide["triton_flash"] / wide[sdpa].max(axis=1)
     if matmul_tflops:
         wide["triton/matmul"] = wide["triton_flash"] / matmul_tflops
     return wide

@@ -6,6 +6,7 @@
 # checkout's file dates say nothing about content. A clone has no .snakemake/ records, so the
 # fingerprint every table stores is compared here as well: a table whose fingerprint no longer
 # matches is marked out of date (its modification time set to 1970), and Snakemake reruns it.
+import glob
 import json
 import os
 import sys

@@ -68,8 +68,7 @@ def wall(s: dict) -> list[dict]:
 def _sweep_until_wall(s: dict, dtype_name: str, d: int, limit: int) -> list[dict]:
     from triton.runtime.errors import OutOfResources
 
-    from kernels import attention, attention_ref
-    from kernels import launch_config
+    from kernels import attention, attention_ref, launch_config, shared_memory_required
 
     rows = []
     for n_k in lengths(s["log2_n_k"]):
@@ -83,6 +82,7 @@ def _sweep_until_wall(s: dict, dtype_name: str, d: int, limit: int) -> list[dict
             rows.append(row("shared_required", e.required, "bytes", status="out_of_resources", error=str(e), **params))
             return rows  # the wall: longer sequences only need more
         rows.append(row("max_abs_diff", max_abs_diff(out, attention_ref(q, k, v)), **params))
+        rows.append(row("shared_required", shared_memory_required(q, k, v), "bytes", **params))
     return rows
 
 

@@ -15,8 +15,13 @@ def ceilings(s: dict) -> list[dict]:
     import triton
 
     props = triton.runtime.driver.active.utils.get_device_properties(torch.cuda.current_device())
+    torch_props = torch.cuda.get_device_properties(torch.cuda.current_device())
     rows = [row("shared_memory_per_block", props["max_shared_mem"], "bytes", provider="device"),
-            row("multiprocessors", props["multiprocessor_count"], "count", provider="device")]
+            row("multiprocessors", props["multiprocessor_count"], "count", provider="device"),
+            row("device_memory", torch_props.total_memory, "bytes", provider="device")]
+    per_sm = getattr(torch_props, "shared_memory_per_multiprocessor", None)  # not in every torch
+    if per_sm:
+        rows.append(row("shared_memory_per_multiprocessor", per_sm, "bytes", provider="device"))
     n_bytes = s["copy_bytes"]
     src = torch.empty(n_bytes, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)

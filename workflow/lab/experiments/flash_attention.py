@@ -99,6 +99,14 @@ def _sdpa(q, k, v, backend: str, causal: bool = False):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
+def flops(batch: int, heads: int, seq: int, d: int, causal: bool) -> float:
+    """The forward's FLOPs by FlashAttention's convention: two S x S x D matmuls per head, 2 FLOPs per
+    multiply-add, half of them under a causal mask. fwd+bwd counts 3.5x (the backward does 5 matmuls
+    where the forward does 2; recomputing S adds no credit)."""
+    return 4 * batch * heads * seq * seq * d * (0.5 if causal else 1.0)
+
+
+FWD_BWD = 3.5
 SDPA_BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION"}
 
 
@@ -108,19 +116,20 @@ def performance(s: dict) -> list[dict]:
         return [needs_gpu("timing flash_attention")]
     from kernels import flash_attention, tiles_in_use
 
-    rows, b, h = [], s["batch"], s["heads"]
+    rows, h = [], s["heads"]
     for d in s["head_dims"]:
         for causal in (False, True):
             for n in s["lengths"]:
+                b = max(1, s["tokens"] // n)  # constant tokens per batch, as FlashAttention's benchmark
                 q, k, v = _qkv(b, h, n, n, d, s["dtype"], s["seed"])
                 do = torch.randn_like(q)
-                fwd_tflop = 4 * b * h * n * n * d / 1e12 * (0.5 if causal else 1.0)
+                fwd_tflop = flops(b, h, n, d, causal) / 1e12
                 providers = {"triton_flash": lambda: flash_attention(q, k, v, causal=causal)}
                 providers.update({name: (lambda be=be: _sdpa(q, k, v, be, causal)) for name, be in SDPA_BACKENDS.items()})
                 for provider, fwd in providers.items():
                     params = dict(provider=provider, batch=b, heads=h, seq=n, d=d, causal=causal, dtype=s["dtype"])
                     for mode, fn, tflop in (("fwd", fwd, fwd_tflop),
-                                            ("fwd_bwd", lambda fwd=fwd: fwd().backward(do), 3.5 * fwd_tflop)):
+                                            ("fwd_bwd", lambda fwd=fwd: fwd().backward(do), FWD_BWD * fwd_tflop)):
                         try:
                             with torch.no_grad() if mode == "fwd" else torch.enable_grad():
                                 times = bench(fn, **s["bench"], grad_to_none=[q, k, v])

@@ -40,46 +40,61 @@ def correctness(s: dict) -> list[dict]:
     return rows
 
 
+def _kernels() -> dict:
+    """provider -> kernel: the writeup's as written, and the improved one."""
+    from kernels import relu_dropout, relu_dropout_writeup
+
+    return {"triton_writeup": relu_dropout_writeup, "triton_fused": relu_dropout}
+
+
 @experiment()
 def statistics(s: dict) -> list[dict]:
-    """Is the drop pattern Bernoulli(p), independent of position, and reproducible from the seed?"""
-    from kernels import relu_dropout
-
+    """Is the drop pattern Bernoulli(p), independent of position, and reproducible from the seed?
+    Asked of the writeup's kernel and of the improved one."""
     rows = []
-    size, seeds, dtype_name = s["size"], s["seeds"], s["dtype"]
+    size, dtype_name = s["size"], s["dtype"]
     x = _positive(size, dtype_name, s["seed"])
-    for p in s["ps"]:
-        params = dict(dtype=dtype_name, size=size, p=p, variant=f"p={p}")
-        drops, max_ulp = [], 0.0
-        for seed in range(s["seed"], s["seed"] + seeds):
-            out = relu_dropout(x, p, seed)
-            kept = out != 0
-            drops.append(int(size - kept.sum().item()))
-            survivors_ref = (x[kept].float() / (1 - p)).to(x.dtype)
-            max_ulp = max(max_ulp, ulps(out[kept], survivors_ref).max().item())
-            if seed == s["seed"]:  # the writeup's single run, and the checks that need one mask
-                rate = drops[-1] / size
-                rows.append(row("drop_rate_single_seed", rate, "fraction", seed=seed, **params))
-                rows.append(row("within_tolerance_single_seed", abs(rate - p) <= s["tolerance"], "bool",
-                                tolerance=s["tolerance"], **params))
-                rows.append(row("same_seed_identical", torch.equal(out, relu_dropout(x, p, seed)), "bool", **params))
-                other = relu_dropout(x, p, seed + 10_000) != 0
-                rows.append(row("other_seed_mask_agreement", (other == kept).float().mean().item(), "fraction",
-                                expected=p * p + (1 - p) * (1 - p), **params))
-                k = kept.cpu().numpy().astype(float)
-                r, pval = stats.pearsonr(k[:-1], k[1:])
-                rows.append(row("neighbour_correlation", r, "pearson r", pvalue=pval, **params))
-        rates = np.array(drops) / size
-        for seed_i, rate in enumerate(rates):
-            rows.append(row("drop_rate", rate, "fraction", seed=s["seed"] + seed_i, **params))
-        pooled = stats.binomtest(int(sum(drops)), size * seeds, p)
-        rows.append(row("pooled_binomtest_pvalue", pooled.pvalue, "p-value", seeds=seeds,
-                        drop_rate=sum(drops) / (size * seeds), **params))
-        # Each seed's count ~ Binomial(size, p): the spread across seeds must match too, not only the mean.
-        z = (np.array(drops) - size * p) / np.sqrt(size * p * (1 - p))
-        rows.append(row("per_seed_ks_pvalue", stats.kstest(z, "norm").pvalue, "p-value", seeds=seeds, **params))
-        rows.append(row("max_abs_rate_error", np.abs(rates - p).max(), "fraction", seeds=seeds, **params))
-        rows.append(row("survivor_max_ulp_error", max_ulp, "ulp", seeds=seeds, **params))
+    for provider, kernel in _kernels().items():
+        for p in s["ps"]:
+            rows += _statistics(kernel, x, p, s, dict(dtype=dtype_name, size=size, p=p, variant=f"p={p}",
+                                                      provider=provider))
+    return rows
+
+
+def _statistics(relu_dropout, x: torch.Tensor, p: float, s: dict, params: dict) -> list[dict]:
+    rows, size, seeds = [], x.numel(), s["seeds"]
+    drops, max_ulp = [], 0.0
+    for seed in range(s["seed"], s["seed"] + seeds):
+        out = relu_dropout(x, p, seed)
+        kept = out != 0
+        drops.append(int(size - kept.sum().item()))
+        survivors_ref = (x[kept].float() / (1 - p)).to(x.dtype)
+        max_ulp = max(max_ulp, ulps(out[kept], survivors_ref).max().item())
+        if seed == s["seed"]:  # the writeup's single run, and the checks that need one mask
+            rate = drops[-1] / size
+            rows.append(row("drop_rate_single_seed", rate, "fraction", seed=seed, **params))
+            rows.append(row("within_tolerance_single_seed", abs(rate - p) <= s["tolerance"], "bool",
+                            tolerance=s["tolerance"], **params))
+            rows.append(row("same_seed_identical", torch.equal(out, relu_dropout(x, p, seed)), "bool", **params))
+            other = relu_dropout(x, p, seed + 10_000) != 0
+            rows.append(row("other_seed_mask_agreement", (other == kept).float().mean().item(), "fraction",
+                            expected=p * p + (1 - p) * (1 - p), **params))
+            k = kept.cpu().numpy().astype(float)
+            r, pval = stats.pearsonr(k[:-1], k[1:])
+            rows.append(row("neighbour_correlation", r, "pearson r", pvalue=pval, **params))
+    rates = np.array(drops) / size
+    sigma = np.sqrt(p * (1 - p) / size)  # the binomial standard deviation of one seed's drop rate
+    for seed_i, rate in enumerate(rates):
+        rows.append(row("drop_rate", rate, "fraction", seed=s["seed"] + seed_i, sigma=sigma,
+                        tolerance=s["tolerance"], **params))
+    pooled = stats.binomtest(int(sum(drops)), size * seeds, p)
+    rows.append(row("pooled_binomtest_pvalue", pooled.pvalue, "p-value", seeds=seeds,
+                    drop_rate=sum(drops) / (size * seeds), **params))
+    # Each seed's count ~ Binomial(size, p): the spread across seeds must match too, not only the mean.
+    z = (np.array(drops) - size * p) / np.sqrt(size * p * (1 - p))
+    rows.append(row("per_seed_ks_pvalue", stats.kstest(z, "norm").pvalue, "p-value", seeds=seeds, **params))
+    rows.append(row("max_abs_rate_error", np.abs(rates - p).max(), "fraction", seeds=seeds, sigma=sigma, **params))
+    rows.append(row("survivor_max_ulp_error", max_ulp, "ulp", seeds=seeds, **params))
     return rows
 
 
@@ -87,8 +102,6 @@ def statistics(s: dict) -> list[dict]:
 def performance(s: dict) -> list[dict]:
     if not is_gpu():
         return [needs_gpu("timing relu_dropout")]
-    from kernels import relu_dropout
-
     p, rows = s["p"], []
     for log2 in range(s["log2_sizes"][0], s["log2_sizes"][1] + 1, s["log2_step"]):
         n = 2**log2
@@ -96,9 +109,9 @@ def performance(s: dict) -> list[dict]:
         nbytes = n * x.element_size()
         # Fused: read x, write out. Unfused: relu reads x writes r; dropout reads r, writes out and its mask
         # (torch's dropout kernel writes a bool mask of n bytes for the backward).
-        peers = (("triton_fused", lambda: relu_dropout(x, p, s["seed"]), 2 * nbytes),
-                 ("torch_unfused", lambda: torch.nn.functional.dropout(torch.relu(x), p, training=True),
-                  4 * nbytes + n))
+        peers = [(provider, lambda f=f: f(x, p, s["seed"]), 2 * nbytes) for provider, f in _kernels().items()]
+        peers += [("torch_unfused", lambda: torch.nn.functional.dropout(torch.relu(x), p, training=True),
+                  4 * nbytes + n)]
         for provider, fn, moved in peers:
             rows += timing_rows(bench(fn, **s["bench"]), moved / 1e9, "GB", provider=provider,
                                 size=n, dtype=s["dtype"], bytes=moved)

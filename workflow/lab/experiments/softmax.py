@@ -1,12 +1,13 @@
-"""Softmax: correctness for any width, the writeup's bug (claims 5-8), numerical stability (claim 4),
-and fused vs torch vs naive multi-op time and bytes (claim 12)."""
+"""Softmax: correctness for any width, the writeup's bug (claims 5-8, 16), numerical stability (claim 4),
+the passes each implementation makes (claim 17), and fused vs torch vs naive multi-op time and bytes
+(claim 12)."""
 from __future__ import annotations
 
 import warnings
 
 import torch
 
-from ..measure import BF16_IN_INTERPRETER, bench, is_gpu, randn, runnable, timing_rows
+from ..measure import BF16_IN_INTERPRETER, bench, cuda_kernels, is_gpu, randn, runnable, timing_rows
 from ..table import needs_gpu, row
 from ..verify import max_abs_diff, softmax_atol
 from . import experiment
@@ -54,10 +55,14 @@ def bug(s: dict) -> list[dict]:
                 zeroed = softmax(x, block_size, out=torch.zeros_like(x))
             dropped = int(sentinel.isnan().all(dim=0).sum().item())
             diff = max_abs_diff(zeroed, ref)
+            # What the written columns hold: the softmax of the first block_size columns alone?
+            first = min(n_cols, block_size or n_cols)
+            first_diff = max_abs_diff(sentinel[:, :first], softmax_ref(x[:, :first]))
             rows += [row("columns_dropped", dropped, "columns", **params),
                      row("max_abs_diff", diff, **params),
                      row("matches_torch", torch.allclose(zeroed, ref, atol=atol, rtol=0), "bool", atol=atol, **params),
-                     row("warnings_raised", len(caught), "count", **params)]
+                     row("warnings_raised", len(caught), "count", **params),
+                     row("diff_vs_softmax_of_written_columns", first_diff, written_columns=first, atol=atol, **params)]
     return rows
 
 
@@ -80,23 +85,43 @@ def stability(s: dict) -> list[dict]:
     return rows
 
 
+def _providers(x: torch.Tensor) -> dict:
+    """provider -> (call, bytes it must move at the least). Fused and torch.softmax: read x once, write
+    once. Naive five-op: max (read x), x - max (read, write), exp (read, write), sum (read), divide
+    (read two, write): 8 passes over an M x N tensor."""
+    from kernels import softmax, softmax_unfused
+
+    b = x.numel() * x.element_size()
+    return {"triton_fused": (lambda: softmax(x), 2 * b),
+            "torch_softmax": (lambda: torch.softmax(x, dim=-1), 2 * b),
+            "torch_naive": (lambda: softmax_unfused(x), 8 * b)}
+
+
+@experiment()
+def passes(s: dict) -> list[dict]:
+    """How many kernels (passes over memory) each softmax launches, read from the CUDA profiler."""
+    if not is_gpu():
+        return [needs_gpu("counting the CUDA kernels a call launches")]
+    rows = []
+    for dtype_name in s["dtypes"]:
+        x = randn([s["n_rows"], s["n_cols"]], dtype_name, s["seed"])
+        for provider, (fn, moved) in _providers(x).items():
+            names = cuda_kernels(fn)
+            rows.append(row("cuda_kernels", len(names), "kernels", provider=provider, dtype=dtype_name,
+                            n_rows=s["n_rows"], n_cols=s["n_cols"], kernel_names="; ".join(names), bytes=moved,
+                            input_bytes=x.numel() * x.element_size()))
+    return rows
+
+
 @experiment(timing=True)
 def performance(s: dict) -> list[dict]:
     if not is_gpu():
         return [needs_gpu("timing softmax")]
-    from kernels import softmax, softmax_unfused
-
     rows, m = [], s["n_rows"]
     for dtype_name in s["dtypes"]:
         for n in s["n_cols"]:
             x = randn([m, n], dtype_name, s["seed"])
-            b = m * n * x.element_size()
-            # Fused and torch.softmax: read x once, write once. Naive: max (read x), x - max (read, write),
-            # exp (read, write), sum (read), divide (read two, write): 8 passes over an M x N tensor.
-            peers = (("triton_fused", lambda: softmax(x), 2 * b),
-                     ("torch_softmax", lambda: torch.softmax(x, dim=-1), 2 * b),
-                     ("torch_naive", lambda: softmax_unfused(x), 8 * b))
-            for provider, fn, moved in peers:
+            for provider, (fn, moved) in _providers(x).items():
                 rows += timing_rows(bench(fn, **s["bench"]), moved / 1e9, "GB", provider=provider,
                                     n_rows=m, n_cols=n, dtype=dtype_name, bytes=moved)
     return rows

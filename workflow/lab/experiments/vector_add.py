@@ -1,9 +1,10 @@
-"""Vector add: exact equality with x + y (claim 1), and bandwidth against torch.add."""
+"""Vector add: exact equality with x + y (claim 1), what the mask prevents (claim 14), and bandwidth
+against torch.add."""
 from __future__ import annotations
 
 import torch
 
-from ..measure import BF16_IN_INTERPRETER, bench, is_gpu, randn, runnable, timing_rows
+from ..measure import BF16_IN_INTERPRETER, bench, device, is_gpu, randn, runnable, timing_rows
 from ..table import needs_gpu, row
 from . import experiment
 
@@ -31,6 +32,38 @@ def correctness(s: dict) -> list[dict]:
             ref = vector_add_ref(x, y)
             rows.append(row("exact_match", torch.equal(out, ref), "bool", **params))
             rows.append(row("max_abs_diff", (out.double() - ref.double()).abs().max().item(), **params))
+    return rows
+
+
+GUARD = {"x": 1.0, "y": 2.0, "out": -7.0}  # what lies past the end of each tensor
+
+
+@experiment()
+def mask(s: dict) -> list[dict]:
+    """Each of x, y, out is a view of n elements into a longer buffer whose tail holds a known guard value.
+    An element of out's tail that changed was written past the end; if it now holds x's guard + y's guard,
+    the kernel also read past the end of x and y."""
+    from kernels import vector_add, vector_add_unmasked
+
+    rows, block = [], s["block_size"]
+    for n in s["sizes"]:
+        room = -(-n // block) * block
+        for variant in ("masked", "unmasked"):
+            buffers = {k: torch.full([room + block], v, device=device()) for k, v in GUARD.items()}
+            x, y, out = (buffers[k][:n] for k in ("x", "y", "out"))
+            x.copy_(randn([n], "float32", s["seed"]))
+            y.copy_(randn([n], "float32", s["seed"] + 1))
+            if variant == "masked":
+                out.copy_(vector_add(x, y, block_size=block))
+            else:
+                vector_add_unmasked(x, y, out, block_size=block)
+            tail = buffers["out"][n:]
+            changed = tail != GUARD["out"]
+            params = dict(variant=variant, size=n, block_size=block, dtype="float32", expected_past_end=room - n)
+            rows += [row("elements_written_past_end", int(changed.sum()), "elements", **params),
+                     row("read_past_end", bool(changed.any()) and bool((tail[changed] == GUARD["x"] + GUARD["y"]).all()),
+                         "bool", **params),
+                     row("in_bounds_exact", torch.equal(out, x + y), "bool", **params)]
     return rows
 
 
