@@ -112,8 +112,7 @@ def wall(attn: pd.DataFrame, flash: pd.DataFrame) -> plt.Figure:
     """Top: which n_k each kernel handles (the writeup's fails at its wall, flash runs on). Bottom: the
     shared memory the writeup's kernel asks for against the per-block limit."""
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 7.5), height_ratios=[1.1, 1])
-    runs = attn[attn["metric"] != "shared_required"] if (attn["status"] == "ok").any() else attn
-    a = runs.copy()
+    a = attn[(attn["metric"] != "shared_required") | (attn["status"] != "ok")].copy()  # one point per launch
     a["series"] = "writeup attention, " + a["dtype"] + " d=" + a["d"].astype(int).astype(str)
     f = flash[flash["metric"] == "max_abs_diff"].copy()
     f["series"] = "flash_attention, " + f["dtype"] + " d=" + f["d"].astype(int).astype(str)
@@ -199,15 +198,20 @@ def ceiling_fraction(fractions: pd.DataFrame) -> plt.Figure:
 
 
 def fusion(f: pd.DataFrame, device: str) -> plt.Figure:
-    """Unfused time / fused time per size: above 1 the fused kernel is faster."""
+    """Unfused time / fused time per size, one panel per kernel: above 1 the fused kernel is faster."""
     if f.empty:
         return placeholder("fused vs unfused: time ratio", pd.DataFrame({"device": [device], "error": ["needs a GPU"]}))
-    fig, ax = plt.subplots(figsize=(8, 4.4))
-    sns.lineplot(data=f, x="size", y="time_ratio", hue="comparison", marker="o", ax=ax)
-    ax.axhline(1.0, color="black", lw=1)
-    ax.set(xscale="log", yscale="log", xlabel="elements (relu_dropout) or columns of 4096 rows (softmax)",
-           ylabel="unfused time / fused time (median)", title=f"what fusion buys, by size ({device})")
-    sns.move_legend(ax, "upper left", fontsize=7, title=None)
+    kernels = list(dict.fromkeys(f["kernel"]))
+    fig, axes = plt.subplots(1, len(kernels), figsize=(6 * len(kernels), 4.4), squeeze=False)
+    xlabel = {"relu_dropout": "elements", "softmax": "n_cols (4096 rows)"}
+    for ax, kernel in zip(axes[0], kernels):
+        g = f[f["kernel"] == kernel].assign(pair=lambda d: d["comparison"].str.split(": ", n=1).str[1])
+        sns.lineplot(data=g, x="size", y="time_ratio", hue="pair", marker="o", ax=ax)
+        ax.axhline(1.0, color="black", lw=1)
+        ax.set(xscale="log", yscale="log", xlabel=xlabel.get(kernel, "size"), ylabel="unfused time / fused time (median)",
+               title=kernel)
+        sns.move_legend(ax, "best", fontsize=7, title=None)
+    fig.suptitle(f"what fusion buys, by size: above 1 the fused kernel is faster ({device})")
     fig.tight_layout()
     return fig
 
@@ -218,9 +222,10 @@ def flash_vs_best_sdpa(wide: pd.DataFrame, device: str) -> plt.Figure:
         return placeholder("flash_attention / best SDPA", pd.DataFrame({"device": [device], "error": ["needs a GPU"]}))
     d = wide.assign(case=lambda w: w["variant"] + ", d=" + w["d"].astype(int).astype(str)
                     + w["causal"].astype(bool).map({True: ", causal", False: ""}))
-    fig, ax = plt.subplots(figsize=(8, 4.4))
+    fig, ax = plt.subplots(figsize=(9.5, 4.4))
     sns.lineplot(data=d, x="seq", y="triton/best_sdpa", hue="case", style="variant", marker="o", ax=ax)
     ax.axhline(1.0, color="black", lw=1)
+    sns.move_legend(ax, "upper left", bbox_to_anchor=(1.01, 1), fontsize=8, title=None)
     best = ", ".join(sorted(d["best_sdpa"].unique()))
     ax.set(xscale="log", xlabel="sequence length (batch x seq constant)",
            ylabel="flash_attention / best SDPA (TFLOP/s)",

@@ -1,5 +1,5 @@
 """The writeup's attention kernel: correctness against SDPA (claim 9), the shared-memory wall
-(claims 10, 11) and its speed next to SDPA where it runs."""
+(claims 10, 11) and its speed next to flash_attention and SDPA where it runs."""
 from __future__ import annotations
 
 import torch
@@ -103,13 +103,14 @@ def _wall_compiled(s: dict) -> list[dict]:
 def performance(s: dict) -> list[dict]:
     if not is_gpu():
         return [needs_gpu("timing attention")]
-    from kernels import attention
+    from kernels import attention, flash_attention
 
     rows, d = [], s["head_dim"]
     for n in s["lengths"]:
         q, k, v = (randn([n, d], s["dtype"], s["seed"] + i) for i in range(3))
         tflop = 4 * n * n * d / 1e12  # two matmuls of n x n x d, 2 flops per multiply-add
         peers = (("triton_writeup", lambda: attention(q, k, v)),
+                 ("triton_flash", lambda: flash_attention(q[None, None], k[None, None], v[None, None])),
                  ("torch_sdpa", lambda: F.scaled_dot_product_attention(q[None, None], k[None, None], v[None, None])))
         for provider, fn in peers:
             which = {"sdpa_backend": sdpa_backend_of(fn)} if provider == "torch_sdpa" else {}
