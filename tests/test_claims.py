@@ -109,7 +109,14 @@ def test_fusion_losing_at_small_sizes_is_a_nuance_with_its_crossover():
     # fused: 20 us per call plus bytes; unfused: 8 us plus twice the bytes -> equal at 1.2e7 elements
     measured, got = verdict(12, fusion_tables(lambda n: 0.020 + n * 1e-9, lambda n: 0.008 + n * 2e-9))
     assert got == NUANCE, measured
-    assert f"below {2**24}" in measured and "per-call cost dominates there" in measured
+    assert f"below {2**24}" in measured and "per-call cost" in measured
+
+
+def test_fusion_losing_at_one_middle_size_is_reported_as_no_crossover():
+    measured, got = verdict(12, fusion_tables(lambda n: 0.005 + n * 1e-9 + (0.05 if n == 2**16 else 0),
+                                              lambda n: 0.010 + n * 2e-9))
+    assert got == NUANCE, measured
+    assert "no crossover" in measured and f"at {2**16}" in measured
 
 
 def test_fusion_slower_everywhere_is_not_reproduced():

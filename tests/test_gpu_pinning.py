@@ -59,9 +59,26 @@ def test_shared_jobs_run_together_but_not_beside_a_timing_job(tmp_path, holder):
 
 def test_pin_sets_visible_devices_before_torch(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
-    handle = gpu.pin(tmp_path, exclusive=True)
+    handles = gpu.pin(tmp_path, exclusive=True)
     assert os.environ["CUDA_VISIBLE_DEVICES"] in ("3", "5")
-    handle.close()
+    for handle in handles:
+        handle.close()
+
+
+def test_plotting_waits_while_a_kernel_is_timed(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    timing = gpu.pin(tmp_path, exclusive=True)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # what the next job sees (pin narrowed it for this one)
+    other_gpu = gpu.pin(tmp_path, exclusive=True)  # a second timing job, on the other GPU, still runs
+    assert {h.name for h in other_gpu} != {h.name for h in timing}
+    with pytest.raises(TimeoutError):
+        gpu.claim(["host"], tmp_path, exclusive=True, poll_s=0.05, timeout_s=0.5)  # what quiet_host asks
+    for handle in (*timing, *other_gpu):
+        handle.close()
+    gpu.quiet_host(tmp_path).close()
+    correctness = gpu.pin(tmp_path, exclusive=False)  # shares its GPU, does not hold the host
+    gpu.quiet_host(tmp_path).close()
+    correctness[0].close()
 
 
 def test_no_gpu_means_no_pinning(tmp_path, monkeypatch):

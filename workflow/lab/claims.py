@@ -253,14 +253,19 @@ def fused_wins(t, s):
         elif wins.iloc[-1]:
             verdicts.append(NUANCE)
             crossover = int(g["size"][wins.astype(int)[::-1].cummin()[::-1].astype(bool)].min())
-            worst = g.loc[g["time_ratio"].idxmin()]
-            a, b = g.iloc[0], g.iloc[1]
-            growth = b["fused_ms"] / a["fused_ms"]
-            why = ("per-call cost dominates there, not bytes" if growth < s["launch_bound_growth"]
-                   else "not explained by per-call cost")
-            text += (f"; below {crossover} the unfused version is as fast or faster ({worst['time_ratio']:.2f}x at "
-                     f"{int(worst['size'])}): the fused kernel's time grows only {growth:.2f}x from {int(a['size'])} to "
-                     f"{int(b['size'])} ({b['size'] / a['size']:.0f}x the bytes), {why}")
+            losing = g[~wins]
+            points = ", ".join(f"{r.time_ratio:.2f}x at {int(r.size)} ({r.fused_ms * 1e3:.1f} vs {r.unfused_ms * 1e3:.1f} us)"
+                               for r in losing.itertuples())
+            if not wins.iloc[0]:  # a crossover: fused loses from the smallest size up to some size
+                floor = g["fused_ms"].iloc[0]
+                why = ("per-call cost: the fused kernel takes within "
+                       f"{s['launch_bound_growth']:g}x of its smallest-size time there"
+                       if (losing["fused_ms"] <= s["launch_bound_growth"] * floor).all() else
+                       "more than per-call cost")
+                text += f"; below {crossover} the unfused version is as fast or faster ({points}): {why}"
+            else:  # losses between sizes where fused wins: no crossover, single slow timings
+                text += (f"; the fused kernel wins at every size but {points}, between sizes where it wins: "
+                         "no crossover, a slow timing at those sizes in this run")
         else:
             verdicts.append(NOT_REPRODUCED)
             text += " - the fused kernel is slower at the largest size"
@@ -341,6 +346,12 @@ def first_block_softmax(t, s):
     return measured, REPRODUCED if good else NOT_REPRODUCED
 
 
+def _short(kernel_names: str) -> str:
+    """'void at::native::(anonymous namespace)::cunn_SoftMaxForward<float, ...>(...)' -> 'cunn_SoftMaxForward'."""
+    names = (n.replace("(anonymous namespace)::", "").split("<")[0].split("(")[0] for n in kernel_names.split("; "))
+    return "; ".join(n.split("::")[-1].split()[-1] for n in names if n.strip())
+
+
 @claim(17, ['softmax/passes'])
 def torch_softmax_passes(t, s):
     d = ok(t["softmax/passes"])
@@ -351,7 +362,7 @@ def torch_softmax_passes(t, s):
         g = g.set_index("provider")
         n_torch, n_naive = int(g.loc["torch_softmax", "value"]), int(g.loc["torch_naive", "value"])
         parts.append(f"{dtype} {int(g['n_rows'].iloc[0])}x{int(g['n_cols'].iloc[0])}: torch.softmax launches "
-                     f"{n_torch} CUDA kernel(s) ({g.loc['torch_softmax', 'kernel_names']}), moving "
+                     f"{n_torch} CUDA kernel(s) ({_short(g.loc['torch_softmax', 'kernel_names'])}), moving "
                      f"{g.loc['torch_softmax', 'bytes'] / g.loc['torch_softmax', 'input_bytes']:.0f}x the input's bytes; "
                      f"the five-op version launches {n_naive}, moving "
                      f"{g.loc['torch_naive', 'bytes'] / g.loc['torch_naive', 'input_bytes']:.0f}x; the Triton kernel "

@@ -9,6 +9,10 @@ sets CUDA_VISIBLE_DEVICES before torch or triton is imported:
 - correctness and statistics jobs take a shared lock: they may run side by side, not beside a timing job.
 
 The lock is held until the process exits; a job that finds no suitable GPU waits for one.
+
+Timing jobs also share a lock on the host, which plotting jobs take exclusively (``quiet_host``): a
+figure job's CPU load delays the Python that launches a timed kernel, and at microsecond sizes that
+delay shows up in the timing.
 """
 from __future__ import annotations
 
@@ -16,8 +20,11 @@ import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
+
+LOCKS = Path(tempfile.gettempdir()) / "triton-lab-gpu-locks"
 
 
 def visible_gpus() -> list[str]:
@@ -55,10 +62,17 @@ def claim(gpus: list[str], lock_dir: str | os.PathLike, exclusive: bool = True, 
 
 
 def pin(lock_dir: str | os.PathLike, exclusive: bool):
-    """Claim a GPU and make it the only one this process sees. Returns the lock (keep it open)."""
+    """Claim a GPU and make it the only one this process sees. Returns the locks (keep them open)."""
     gpus = visible_gpus()
     if not gpus:
         return None
     gpu, handle = claim(gpus, lock_dir, exclusive)
+    host = claim(["host"], lock_dir, exclusive=False)[1] if exclusive else None
     os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    return handle
+    return handle, host
+
+
+def quiet_host(lock_dir: str | os.PathLike = LOCKS):
+    """For CPU-heavy jobs (figures): wait until no timing job runs on this machine, and keep timing jobs
+    from starting meanwhile. Returns the lock (keep it open)."""
+    return claim(["host"], lock_dir, exclusive=True)[1]

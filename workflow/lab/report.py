@@ -94,7 +94,8 @@ def _performance(tables: dict[str, pd.DataFrame]) -> str:
     att = summary.median(tables["attention/performance"], "throughput")
     if not att.empty:
         wide = att.pivot_table(index=["n_q", "d", "dtype"], columns="provider", values="value").reset_index()
-        out.append("\n### The writeup's attention kernel vs flash_attention and SDPA, TFLOP/s (one head, where it runs)\n\n" + _md_table(wide))
+        out.append("\n### The writeup's attention kernel vs flash_attention and SDPA, TFLOP/s (one head, where it runs)"
+                   "\n\n" + _md_table(wide))
     w = summary.wall(tables["attention/wall"])
     out.append("\n### The wall\n\n" + _md_table(w))
     perf = tables["flash_attention/performance"]

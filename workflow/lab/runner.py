@@ -7,11 +7,8 @@ job's params); nothing here reads the workflow's config.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from pathlib import Path
-
-GPU_LOCKS = os.path.join(tempfile.gettempdir(), "triton-lab-gpu-locks")
 
 
 def run(key: str, settings: dict, software: dict, code_hash: str, output: str, overwrite_foreign: bool = False) -> None:
@@ -23,7 +20,7 @@ def run(key: str, settings: dict, software: dict, code_hash: str, output: str, o
     if backend == "gpu":
         from . import gpu
 
-        lock = gpu.pin(GPU_LOCKS, exclusive=exp.timing)  # noqa: F841  (held until the process exits)
+        lock = gpu.pin(gpu.LOCKS, exclusive=exp.timing)  # noqa: F841  (held until the process exits)
     os.environ["KERNELS_BACKEND"] = backend
     os.environ.setdefault("KERNELS_AUTOTUNE", "1" if exp.timing else "0")
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns when unset; 1 is its default
