@@ -98,6 +98,12 @@ def _performance(tables: dict[str, pd.DataFrame]) -> str:
                    "\n\n" + _md_table(wide))
     w = summary.wall(tables["attention/wall"])
     out.append("\n### The wall\n\n" + _md_table(w))
+    mem = summary.ok(tables["flash_attention/past_wall"], metric="peak_extra_memory")
+    if not mem.empty:
+        mem = mem.astype({"seq": int, "heads": int, "d": int})
+        wide = mem.pivot_table(index=["seq", "heads", "d", "dtype"], columns="provider", values="value") / 2**20
+        wide.columns.name = None
+        out.append("\n### Peak memory beyond q, k, v for one forward, MiB\n\n" + _md_table(wide.reset_index(), ".6g"))
     perf = tables["flash_attention/performance"]
     f = summary.flash_vs_sdpa(perf, ceil["matmul_tflops"])
     if not f.empty:

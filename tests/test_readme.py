@@ -1,0 +1,39 @@
+"""The README quotes the committed H200 run: every number in its results section must be in that run's
+report (the report is built from the committed tables, so the README cannot drift from them)."""
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# A number standing alone (not inside 'H200', 'fp16' or a hash), optionally followed by 'x' (a ratio).
+NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)*(?:e[-+]\d+)?)(?=x\b|[^\w]|$)")
+
+
+def numbers(text: str) -> list[str]:
+    return NUMBER.findall(text.replace("\\|", "|"))
+
+
+def matches(quoted: str, found: set[str]) -> bool:
+    """'1.4' matches '1.4' or '1.403' (the README may round); versions and integers match exactly."""
+    if quoted in found:
+        return True
+    if quoted.count(".") != 1 or "e" in quoted:
+        return False
+    digits = len(quoted.split(".")[1])
+    return any(f.count(".") <= 1 and round(float(f), digits) == float(quoted) for f in found)
+
+
+def test_every_number_in_the_results_section_is_in_the_committed_report():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## What the committed H200 run shows", 1)[1].split("\n## ", 1)[0]
+    report = (ROOT / "results/nvidia-h200/report.md").read_text()
+    found = set(numbers(report))
+    quoted = numbers(section)
+    assert len(quoted) > 40  # the section does quote the run
+    missing = [q for q in quoted if not matches(q, found)]
+    assert not missing, f"README numbers not in results/nvidia-h200/report.md: {missing}"
+
+
+def test_the_number_check_can_fail():
+    found = set(numbers("copy 4225 GB/s, ratio 1.403x, torch 2.11.0+cu130, commit `c52fb3b`"))
+    assert matches("4225", found) and matches("1.4", found) and matches("2.11.0", found)
+    assert not matches("4226", found) and not matches("1.41", found) and not matches("52", found)
