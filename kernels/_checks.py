@@ -17,6 +17,9 @@ def tensor(x, name: str, *, ndim: int | tuple[int, ...] | None = None, dtypes=FL
             raise ValueError(f"{name} must have {' or '.join(map(str, allowed))} dimensions, got shape {tuple(x.shape)}")
     if dtypes is not None and x.dtype not in dtypes:
         raise TypeError(f"{name} has unsupported dtype {x.dtype}; supported: {', '.join(map(str, dtypes))}")
+    if x.dtype == torch.bfloat16 and backend.current() == "interpreter":
+        raise TypeError(f"{name} is bfloat16, and bf16 arithmetic is broken in Triton's interpreter (it returns "
+                        "garbage): use float16/float32 here, or a GPU")
     want = backend.device()
     if x.device.type != want:
         raise ValueError(
@@ -31,3 +34,19 @@ def same(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor, *, shape: b
         raise TypeError(f"{name_a} and {name_b} have different dtypes: {a.dtype} vs {b.dtype}")
     if shape and a.shape != b.shape:
         raise ValueError(f"{name_a} and {name_b} have different shapes: {tuple(a.shape)} vs {tuple(b.shape)}")
+
+
+def block_size(value, name: str = "block_size", smallest: int = 1, largest: int = 2**17) -> int:
+    """A block size: an int (not a bool), a power of two in [smallest, largest]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if not smallest <= value <= largest or value & (value - 1):
+        raise ValueError(f"{name} must be a power of two in [{smallest}, {largest}], got {value}")
+    return value
+
+
+def flag(value, name: str) -> bool:
+    """A yes/no argument: a real bool, so that causal="False" is not read as True."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return value

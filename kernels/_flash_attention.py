@@ -365,7 +365,8 @@ def _check(q, k, v, sm_scale):
         raise ValueError(f"head_dim must be in [{HEAD_DIMS[0]}, {HEAD_DIMS[1]}], got {d}")
     if sq < 1 or sk < 1:
         raise ValueError(f"sequence lengths must be >= 1, got seq_q={sq}, seq_k={sk}")
-    if sm_scale is not None and not (isinstance(sm_scale, (int, float)) and math.isfinite(sm_scale) and sm_scale > 0):
+    if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))
+                                 or not math.isfinite(sm_scale) or sm_scale <= 0):
         raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale!r}")
 
 
@@ -378,7 +379,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """
     _check(q, k, v, sm_scale)
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    return _FlashAttention.apply(q, k, v, bool(causal), sm_scale)
+    return _FlashAttention.apply(q, k, v, _checks.flag(causal, "causal"), sm_scale)
 
 
 def causal_mask(seq_q: int, seq_k: int, device=None) -> torch.Tensor:

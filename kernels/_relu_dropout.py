@@ -19,7 +19,7 @@ def _relu_dropout_kernel(x_ptr, out_ptr, n_elements, p, seed, BLOCK_SIZE: tl.con
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
     x = tl.load(x_ptr + offsets, mask=mask)
-    x = tl.maximum(x, 0.0)
+    x = tl.where(x < 0.0, 0.0, x)  # relu that keeps NaN, as torch.relu does (tl.maximum would return 0)
     # The writeup draws tl.rand(seed, offsets): one Philox evaluation per element, which makes the kernel
     # compute-bound on a GPU. One tl.rand4x call yields four uniforms, so element 4c + j takes the j-th
     # draw of counter c: a quarter of the Philox work, still a pure function of (seed, element index).
@@ -44,7 +44,8 @@ def _relu_dropout_writeup_kernel(x_ptr, out_ptr, n_elements, p, seed, BLOCK_SIZE
 
 
 def relu_dropout(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -> torch.Tensor:
-    """dropout(relu(x)): each element is zeroed with probability p, survivors scaled by 1/(1-p)."""
+    """dropout(relu(x)): each element is zeroed with probability p, survivors scaled by 1/(1-p).
+    A NaN survives relu (as in torch) and is NaN if kept, 0 if dropped."""
     return _launch(_relu_dropout_kernel, x, p, seed, block_size)
 
 
@@ -59,6 +60,7 @@ def _launch(kernel, x: torch.Tensor, p: float, seed: int, block_size: int) -> to
         raise ValueError(f"p must be a number in [0, 1), got {p!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
         raise ValueError(f"seed must be an int in [0, 2**31), got {seed!r}")
+    _checks.block_size(block_size, smallest=4)  # the improved kernel draws four numbers per Philox call
     x = x.contiguous()
     out = torch.empty_like(x)
     n = out.numel()

@@ -45,8 +45,8 @@ def softmax(x: torch.Tensor, block_size: int | None = None, *, out: torch.Tensor
     n_rows, n_cols = x.shape
     if block_size is None:
         block_size = triton.next_power_of_2(n_cols)
-    elif not isinstance(block_size, int) or block_size < 1 or block_size & (block_size - 1):
-        raise ValueError(f"block_size must be a power of two, got {block_size!r}")
+    else:
+        _checks.block_size(block_size)
     if x.stride(1) != 1:
         x = x.contiguous()
     if out is None:

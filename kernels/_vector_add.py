@@ -25,6 +25,7 @@ def vector_add(x: torch.Tensor, y: torch.Tensor, block_size: int = 1024) -> torc
     _checks.tensor(x, "x", dtypes=DTYPES)
     _checks.tensor(y, "y", dtypes=DTYPES)
     _checks.same("x", x, "y", y)
+    _checks.block_size(block_size)
     x, y = x.contiguous(), y.contiguous()
     out = torch.empty_like(x)
     n = out.numel()
@@ -45,6 +46,7 @@ def vector_add_unmasked(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, blo
     reads and writes up to ``block_size - 1`` elements past the end of x, y and out. Memory safe only
     when the three are views into buffers with at least that much room after them; this function checks
     that they are, and is not for computing anything."""
+    _checks.block_size(block_size)
     for name, t in (("x", x), ("y", y), ("out", out)):
         _checks.tensor(t, name, ndim=1, dtypes=DTYPES)
         _checks.same("x", x, name, t)

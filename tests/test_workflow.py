@@ -6,9 +6,12 @@ alone and the report rebuilt alone; that bad config is refused before any job ru
 clone, that the committed GPU run is up to date and cannot be overwritten from this machine."""
 import contextlib
 import hashlib
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -143,6 +146,7 @@ def test_forcerun_reruns_only_that_experiment_and_its_dependents(project):
     alone = smk(project, "-n", "--forcerun", "softmax", "--", "results/tiny/softmax/bug.parquet").stdout
     assert job_stats(alone) == {"softmax": 1}
     smk(project, "--cores", "1", "--forcerun", "softmax", "--", "results/tiny/softmax/bug.parquet")
+    assert not (project / "results/tiny/report.md").exists()  # built from the old table: gone with it
     # The next full run redoes only what depends on the new table.
     downstream = smk(project, "-n").stdout
     assert job_stats(downstream) == {"figure_softmax_bug": 1, "report": 1, "all": 1}
@@ -150,7 +154,7 @@ def test_forcerun_reruns_only_that_experiment_and_its_dependents(project):
 
 def test_report_regenerates_alone(project):
     report = project / "results/tiny/report.md"
-    report.unlink()
+    report.unlink(missing_ok=True)
     out = smk(project, "--cores", "1", "report").stdout + smk(project, "-n", "all").stdout
     assert report.exists()
     assert "Nothing to be done" in out
@@ -194,3 +198,71 @@ def test_fresh_clone_keeps_the_committed_gpu_run(tmp_path):
     message = forced.stdout + forced.stderr
     assert device in message and "cpu (" in message and "overwrite_foreign_run" in message
     assert digests(run) == before
+
+
+# --- failures cost nothing ------------------------------------------------------------------------------------
+
+FAILING_BUG = b'''
+
+@experiment()
+def bug(s: dict) -> list[dict]:  # injected by a test: this experiment raises
+    raise RuntimeError("injected failure")
+'''
+
+
+def test_a_failing_experiment_fails_only_its_own_claims(project):
+    tiny = project / "results/tiny"
+    experiments = project / "workflow/lab/experiments/softmax.py"
+    original = experiments.read_bytes()
+    others = {k: v for k, v in digests(tiny).items() if not k.startswith("softmax/")}
+    experiments.write_bytes(original + FAILING_BUG)
+    try:
+        done = smk(project, "--cores", "2")
+    finally:
+        experiments.write_bytes(original)
+    assert "1 experiment(s) failed: softmax/bug" in done.stderr
+    bug = pd.read_parquet(tiny / "softmax/bug.parquet")
+    assert list(bug["status"]) == ["failed"] and "injected failure" in bug["error"].iloc[0]
+    assert {k: v for k, v in digests(tiny).items() if not k.startswith("softmax/")} == others  # the rest stand
+    rows = report_rows(project)
+    for claim in (5, 6, 7, 8, 16):  # the claims softmax/bug settles, and only those
+        assert rows[claim][4].strip() == "not settled" and "softmax/bug job failed" in rows[claim][3]
+    assert rows[1][4].strip() == "reproduced" and rows[4][4].strip() == "reproduced"
+    assert (tiny / "figures/softmax_bug.png").exists()  # a placeholder that says why
+    # The failed table is retried on the next run, and then all is as before.
+    assert planned(project).get("softmax") == 5  # all softmax tables: the experiment's code changed back
+    smk(project, "--cores", "2")
+    assert report_rows(project)[6][4].strip() == "reproduced"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_an_interrupted_run_leaves_no_table_that_reads_as_complete(project, sig):
+    target = project / "results/tiny/flash_attention/correctness.parquet"
+    job_log = project / "results/tiny/logs/flash_attention/correctness.log"
+    job_log.unlink(missing_ok=True)
+    proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--cores", "1", "--forcerun",
+                             "flash_attention", "--", str(target.relative_to(project))],
+                            cwd=project, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not (job_log.exists() and "backend=" in job_log.read_text()):  # the job is computing
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    os.killpg(proc.pid, sig)
+    proc.wait(timeout=120)
+    assert not target.exists()  # Snakemake removed the old table before the job; no new one was finished
+    if sig == signal.SIGKILL:  # nothing could clean up: the directory lock stays until --unlock
+        smk(project, "--unlock")
+    smk(project, "--cores", "1", "--rerun-incomplete")
+    assert pd.read_parquet(target)["status"].eq("ok").all()
+    assert planned(project) == {}
+
+
+def test_two_runs_at_once_write_only_their_own_results(project):
+    procs = [subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--config", f"run={name}",
+                               "--cores", "1", "--", f"results/{name}/softmax/bug.parquet"],
+                              cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for name in ("left", "right")]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    for name in ("left", "right"):
+        assert sorted(p.name for p in (project / "results" / name).rglob("*.parquet")) == ["bug.parquet"]

@@ -1,7 +1,7 @@
 """Settle each claim of workflow/claims.yaml from the tables: (measured, verdict) per claim.
 
 A check reads only rows with status 'ok'; what could not be measured here makes the verdict
-'needs a GPU', never a guess.
+'needs a GPU', never a guess, and a claim whose table records a failed experiment is 'not settled'.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ REPRODUCED = "reproduced"
 NUANCE = "reproduced with a nuance"
 NOT_REPRODUCED = "not reproduced"
 NEEDS_GPU = "needs a GPU"
-VERDICTS = (REPRODUCED, NUANCE, NOT_REPRODUCED, NEEDS_GPU)
+NOT_SETTLED = "not settled"  # a table it needs records a failed experiment
+VERDICTS = (REPRODUCED, NUANCE, NOT_REPRODUCED, NEEDS_GPU, NOT_SETTLED)
 
 
 @dataclass(frozen=True)
@@ -401,7 +402,13 @@ def settle(claims: list[dict], tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     rows = []
     for c in claims:
         check = CHECKS[c["id"]]
-        measured, verdict = check.fn({k: tables[k] for k in check.tables}, c.get("settings", {}))
+        failed = {k: tables[k] for k in check.tables if (tables[k]["status"] == "failed").any()}
+        if failed:
+            measured = "; ".join(f"not settled: the {k} job failed ({d['error'].iloc[0].splitlines()[0][:200]})"
+                                 for k, d in failed.items())
+            verdict = NOT_SETTLED
+        else:
+            measured, verdict = check.fn({k: tables[k] for k in check.tables}, c.get("settings", {}))
         if verdict not in VERDICTS:
             raise ValueError(f"claim {c['id']}: unknown verdict {verdict!r}")
         rows.append({"id": c["id"], "claim": c["claim"], "said": c["said"], "measured": measured,

@@ -22,8 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 # What a row records about its origin. The first block is software(), then the job's own context.
 SOFTWARE = ["device", "backend", "torch", "triton", "cuda", "cudnn", "driver"]
-COLUMNS = SOFTWARE + ["gpu_uuid", "sm_clock_mhz", "sm_clock_max_mhz", "git_commit", "git_dirty", "timestamp",
-                      "config_hash", "code_hash", "fingerprint"]
+COLUMNS = SOFTWARE + ["gpu_uuid", "sm_clock_mhz", "sm_clock_max_mhz", "git_commit", "git_dirty", "job_start",
+                      "timestamp", "config_hash", "code_hash", "fingerprint"]
 
 
 def digest(obj) -> str:
@@ -107,8 +107,12 @@ def job_context(backend: str) -> dict:
             return float("nan")
 
     return {"gpu_uuid": smi.get("uuid", ""), "sm_clock_mhz": mhz("clocks.sm"), "sm_clock_max_mhz": mhz("clocks.max.sm"),
-            "git_commit": git_commit(), "git_dirty": git_dirty(),
-            "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+            "git_commit": git_commit(), "git_dirty": git_dirty(), "timestamp": now()}
+
+
+def now() -> str:
+    """UTC time to the millisecond: when a job started (``job_start``) and wrote its table (``timestamp``)."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def run_name(software: dict) -> str:

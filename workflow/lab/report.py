@@ -55,7 +55,7 @@ def _provenance(tables: dict[str, pd.DataFrame]) -> str:
     allrows = pd.concat(tables.values(), ignore_index=True)
     lines = [f"This report was generated at commit `{provenance.git_commit()}` "
              f"(uncommitted changes to tracked files: {provenance.git_dirty()}) from the tables below.", ""]
-    per_table = ["git_commit", "git_dirty", "timestamp", "gpu_uuid", "sm_clock_mhz", "sm_clock_max_mhz",
+    per_table = ["git_commit", "git_dirty", "job_start", "timestamp", "gpu_uuid", "sm_clock_mhz", "sm_clock_max_mhz",
                  "config_hash", "code_hash"]
     for key in PROVENANCE:
         if key in per_table or key == "fingerprint" or key not in allrows:

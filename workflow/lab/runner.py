@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+import traceback
 from pathlib import Path
 
 
@@ -35,12 +36,22 @@ def run(key: str, settings: dict, software: dict, code_hash: str, output: str, o
         changed = {k: (software.get(k), here.get(k)) for k in here if here.get(k) != software.get(k)}
         raise RuntimeError(f"{key} was planned for other software or another device than it runs on "
                            f"(planned, actual): {changed}")
-    runs.check_owner(Path(output).parents[1], here["device"], backend, overwrite_foreign)
-    start = time.perf_counter()
+    run_dir = Path(output).parents[1]
+    runs.check_owner(run_dir, here["device"], backend, overwrite_foreign)
+    for built_from_old_tables in ("report.md", "claims.html"):  # a report never outlives its tables
+        (run_dir / built_from_old_tables).unlink(missing_ok=True)
+    start, started = time.perf_counter(), provenance.now()
     print(f"[{key}] backend={backend} settings={settings}", flush=True)
-    rows = exp.fn(settings)
-    origin = {**here, **provenance.job_context(backend), "config_hash": provenance.digest(settings),
-              "code_hash": code_hash, "fingerprint": provenance.fingerprint(settings, code_hash, software)}
+    fingerprint = provenance.fingerprint(settings, code_hash, software)
+    try:
+        rows = exp.fn(settings)
+    except Exception as e:  # this experiment's failure is its own: record it, let the others' results stand
+        traceback.print_exc()
+        rows = [table.row("not_measured", None, status="failed", error=f"{type(e).__name__}: {e}"[:2000])]
+        fingerprint = "failed"  # matches no plan: the next run retries it
+        print(f"[{key}] FAILED; recorded as a failed table, retried on the next run", flush=True)
+    origin = {**here, **provenance.job_context(backend), "job_start": started, "config_hash": provenance.digest(settings),
+              "code_hash": code_hash, "fingerprint": fingerprint}
     df = table.to_frame(rows, exp.kernel, exp.name, origin)
     table.write_parquet(df, output)
     print(f"[{key}] {len(df)} rows in {time.perf_counter() - start:.1f} s -> {output}", flush=True)

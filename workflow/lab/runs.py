@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pyarrow.parquet as pq
 
 RECORDED = ("device", "backend", "fingerprint", "config_hash", "code_hash", "git_commit")
@@ -47,3 +48,39 @@ def check_owner(run_dir: str | Path, device: str, backend: str, overwrite: bool 
             f"{run_dir} was made on {made_by}; this machine is {device} ({backend}) and will not mix or "
             f"overwrite its results. Use another run name (--config run=NAME), or --config "
             f"overwrite_foreign_run=true to write there anyway.")
+
+
+def schedule(run_dir: str | Path) -> pd.DataFrame:
+    """When and where each experiment job of a run ran, from its table's rows: one row per table with
+    gpu_uuid, start (job_start), end (the table's timestamp) and whether it was a timing job."""
+    from .experiments import registry
+
+    timing = {key: exp.timing for key, exp in registry().items()}
+    jobs = []
+    for path in sorted(Path(run_dir).glob("*/*.parquet")):
+        key = f"{path.parent.name}/{path.stem}"
+        cols = [c for c in ("gpu_uuid", "job_start", "timestamp") if c in pq.read_schema(path).names]
+        first = pq.read_table(path, columns=cols).slice(0, 1).to_pylist()[0]
+        jobs.append({"table": key, "gpu": first.get("gpu_uuid", ""), "start": first.get("job_start"),
+                     "end": first.get("timestamp"), "timing": timing.get(key, False)})
+    df = pd.DataFrame(jobs)
+    for c in ("start", "end"):
+        df[c] = pd.to_datetime(df[c], utc=True)
+    return df
+
+
+def timing_overlaps(jobs: pd.DataFrame) -> list[tuple[str, str]]:
+    """Pairs of jobs that ran at the same time on the same GPU while one of them was timing."""
+    clashes = []
+    for _, g in jobs.groupby("gpu"):
+        rows = list(g.itertuples())
+        for i, a in enumerate(rows):
+            for b in rows[i + 1:]:
+                if (a.timing or b.timing) and a.start < b.end and b.start < a.end:
+                    clashes.append((a.table, b.table))
+    return clashes
+
+
+def wall_seconds(jobs: pd.DataFrame) -> float:
+    """From the first job's start to the last table written."""
+    return (jobs["end"].max() - jobs["start"].min()).total_seconds()

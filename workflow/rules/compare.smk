@@ -5,6 +5,7 @@ COMPARE_CODE = code_of("lab.compare") + ["workflow/scripts/compare.py"]
 
 
 rule compare:
+    localrule: True
     input:
         unpack(compared_tables),
         code=[ancient(f) for f in COMPARE_CODE],

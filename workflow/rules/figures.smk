@@ -7,6 +7,7 @@ for _name, _fig in FIGURES.items():
     rule:
         name:
             f"figure_{_name}"
+        localrule: True  # aggregation: on the submitting machine, never a cluster job
         input:
             **{input_name(key): table(key) for key in _fig.tables},
             code=[ancient(f) for f in FIGURE_CODE],

@@ -5,6 +5,7 @@ REPORT_CODE = code_of("lab.report") + ["workflow/scripts/report.py", *sorted(glo
 
 
 rule report:
+    localrule: True
     input:
         **{input_name(key): table(key) for key in EXPERIMENTS},
         claims="workflow/claims.yaml",

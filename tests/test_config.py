@@ -1,0 +1,73 @@
+"""Bad config is refused before any job starts, and the message names the key (and the allowed range where
+there is one). Checked in-process with the same two checks the workflow runs first (the JSON schema, then
+lab.settings); tests/test_workflow.py checks that Snakemake itself stops on them."""
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+from lab import settings
+from lab.experiments import registry
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
+BASE = yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+def merged(override: dict) -> dict:
+    def merge(a, b):
+        for k, v in b.items():
+            a[k] = merge(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
+        return a
+    return merge(copy.deepcopy(BASE), override)
+
+
+def check(config: dict) -> None:
+    validate(config, SCHEMA)
+    settings.check(config, registry())
+
+
+def test_the_shipped_config_passes():
+    check(merged({}))
+
+
+# (override, what the message must name: the key, and the limit where there is one)
+BAD = [
+    ({"sed": 1}, ["sed"]),                                                       # unknown key, top level
+    ({"softmax": {"corectness": {"shapes": [[4, 5]], "dtypes": ["float32"]}}}, ["corectness"]),  # misspelled experiment
+    ({"softmax": {"bug": {"extra": 1}}}, ["extra", "bug"]),                      # unknown key, experiment level
+    ({"bench": {"warmup_ms": 2.5}}, ["warmup_ms", "integer"]),                  # wrong type
+    ({"seed": "zero"}, ["seed", "integer"]),                                     # wrong type
+    ({"overwrite_foreign_run": "yes"}, ["overwrite_foreign_run", "boolean"]),   # wrong type
+    ({"softmax": {"correctness": {"dtypes": []}}}, ["dtypes"]),                  # empty list
+    ({"vector_add": {"correctness": {"shapes": []}}}, ["shapes"]),               # empty list
+    ({"vector_add": {"correctness": {"sizes": [10**12]}}}, ["sizes", "2147483647"]),  # absurd size
+    ({"relu_dropout": {"statistics": {"seeds": 10**9}}}, ["seeds", "10000"]),    # absurd count
+    ({"relu_dropout": {"performance": {"p": 1.5}}}, ["'p'", "1"]),              # probability out of range
+    ({"relu_dropout": {"correctness": {"ps": [0.5, 1.0]}}}, ["ps", "1"]),        # p = 1 drops everything
+    ({"seed": -1}, ["seed", "minimum of 0"]),                                    # out of range
+    ({"softmax": {"bug": {"block_size": 1000}}}, ["block_size", "1024"]),         # not a power of two
+    ({"attention": {"wall": {"head_dims": [512]}}}, ["head_dims", "256"]),        # unsupported head dim
+    ({"flash_attention": {"performance": {"dtype": "float64"}}}, ["dtype", "bfloat16"]),  # unknown dtype
+    ({"vector_add": {"performance": {"log2_sizes": [20, 12]}}}, ["vector_add.performance.log2_sizes", "empty"]),
+    ({"run": "a/b"}, ["run", "pattern"]),                                        # would escape results/<run>
+    ({"run": ".."}, ["run", "pattern"]),
+    ({"run": "../elsewhere"}, ["run", "pattern"]),
+    ({"backend": "tpu"}, ["backend", "interpreter"]),
+]
+
+
+@pytest.mark.parametrize("override, named", BAD, ids=[str(o) for o, _ in BAD])
+def test_bad_value_is_refused_naming_the_key(override, named):
+    with pytest.raises((WorkflowError, settings.ConfigError)) as err:
+        check(merged(override))
+    message = str(err.value)
+    for word in named:
+        assert word in message, (word, message)
+
+
+def test_at_least_twelve_bad_values_are_covered():
+    assert len(BAD) >= 12

@@ -1,0 +1,59 @@
+"""The SLURM profile on a real SLURM cluster: tests/slurm/start.sh brings up a one-node cluster on this
+machine (slurmctld, slurmd, slurmdbd for sacct), then the tiny-config workflow runs through
+`--workflow-profile workflow/profiles/slurm`. Experiment jobs must go through sbatch and complete
+(sacct says so); figures and the report must run on the submitting machine; the report must be whole.
+
+Needs root (it installs and starts daemons). In CI it must run: there a missing cluster is a failure."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+IN_CI = os.environ.get("CI") == "true"
+
+if not IN_CI and (os.geteuid() != 0 or not shutil.which("apt-get")):
+    pytest.skip("needs root and apt-get to start a SLURM cluster (CI runs it)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    done = subprocess.run(["bash", str(ROOT / "tests/slurm/start.sh")], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"SLURM did not start:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def test_experiments_run_as_slurm_jobs_and_aggregation_locally(cluster, tmp_path):
+    for item in ("Snakefile", "config.yaml", "workflow", "kernels", "tests"):
+        src = ROOT / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / item)
+    # What a user sets for their cluster: the partition, memory and runtime (see README, "On a cluster").
+    run = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--workflow-profile", "workflow/profiles/slurm",
+         "--configfile", "tests/tiny_config.yaml", "--default-resources", "slurm_partition=debug", "mem_mb=1500",
+         "runtime=20", "--slurm-init-seconds-before-status-checks", "5"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=1500)
+    log = run.stdout + run.stderr
+    print(log[-5000:])  # the sbatch job ids and rules, in the test's output
+    assert run.returncode == 0, log[-5000:]
+
+    submitted = dict(re.findall(r"submitted with SLURM jobid (\d+) \(log: \S*/rule_(\w+)/", log))
+    rules = set(submitted.values())
+    assert rules == {"calibration", "vector_add", "relu_dropout", "softmax", "attention", "flash_attention"}, rules
+    assert len(submitted) == len(list((tmp_path / "results/tiny").glob("*/*.parquet")))  # every table: one job
+    assert not any(r.startswith("figure") or r == "report" for r in rules)  # aggregation stays local
+
+    sacct = subprocess.run(["sacct", "-X", "--parsable2", "--noheader", "--format=JobIDRaw,State",
+                            "-j", ",".join(submitted)], capture_output=True, text=True, check=True).stdout
+    print(sacct)
+    states = dict(line.split("|") for line in sacct.split())
+    assert set(states) == set(submitted) and set(states.values()) == {"COMPLETED"}, states
+
+    report = (tmp_path / "results/tiny/report.md").read_text()
+    assert len(re.findall(r"^\| \d+ \|", report, flags=re.M)) >= 17
+    for fig in re.findall(r"!\[\w+\]\((figures/\w+\.png)\)", report):
+        assert (tmp_path / "results/tiny" / fig).stat().st_size > 5_000
