@@ -13,10 +13,10 @@ if not TWO.is_dir():
     pytest.skip("no committed two-GPU run", allow_module_level=True)
 
 
-def test_timing_jobs_ran_on_two_gpus_and_never_shared_one():
+def test_every_job_names_its_gpu_and_no_timing_job_shared_one():
     jobs = runs.schedule(TWO)
-    assert jobs["start"].notna().all() and jobs["end"].notna().all()
-    assert jobs[jobs["timing"]]["gpu"].nunique() == 2
+    assert jobs["start"].notna().all() and jobs["end"].notna().all() and jobs["gpu"].str.startswith("GPU-").all()
+    assert jobs["gpu"].nunique() == 2
     assert runs.timing_overlaps(jobs) == []
 
 
