@@ -27,7 +27,7 @@ def cluster():
     return done.stdout
 
 
-def test_experiments_run_as_slurm_jobs_and_aggregation_locally(cluster, tmp_path):
+def test_experiments_run_as_slurm_jobs_and_aggregation_locally(cluster, tmp_path, capsys):
     for item in ("Snakefile", "config.yaml", "workflow", "kernels", "tests"):
         src = ROOT / item
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / item)
@@ -38,7 +38,6 @@ def test_experiments_run_as_slurm_jobs_and_aggregation_locally(cluster, tmp_path
          "runtime=20", "--slurm-init-seconds-before-status-checks", "5"],
         cwd=tmp_path, capture_output=True, text=True, timeout=1500)
     log = run.stdout + run.stderr
-    print(log[-5000:])  # the sbatch job ids and rules, in the test's output
     assert run.returncode == 0, log[-5000:]
 
     submitted = dict(re.findall(r"submitted with SLURM jobid (\d+) \(log: \S*/rule_(\w+)/", log))
@@ -49,8 +48,11 @@ def test_experiments_run_as_slurm_jobs_and_aggregation_locally(cluster, tmp_path
 
     sacct = subprocess.run(["sacct", "-X", "--parsable2", "--noheader", "--format=JobIDRaw,State",
                             "-j", ",".join(submitted)], capture_output=True, text=True, check=True).stdout
-    print(sacct)
     states = dict(line.split("|") for line in sacct.split())
+    with capsys.disabled():  # into the test log, passing or not: which job went where, and how it ended
+        print("\nSLURM jobs (sbatch id, rule, sacct state):")
+        for job_id, rule in sorted(submitted.items(), key=lambda kv: int(kv[0])):
+            print(f"  {job_id:>5}  {rule:<16} {states.get(job_id)}")
     assert set(states) == set(submitted) and set(states.values()) == {"COMPLETED"}, states
 
     report = (tmp_path / "results/tiny/report.md").read_text()

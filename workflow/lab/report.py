@@ -143,6 +143,17 @@ def _improvements(tables: dict[str, pd.DataFrame]) -> str:
             + "\n".join(lines)) if lines else ""
 
 
+def _schedule(tables: dict[str, pd.DataFrame]) -> str:
+    s = summary.schedule(tables)
+    if s.empty:
+        return "These tables do not record when their jobs started."
+    wall = (s["start_s"] + s["seconds"]).max()
+    gpus = s["gpu"].nunique()
+    return (f"Each experiment job, on the GPU it locked (last characters of its UUID), in seconds from the first "
+            f"job's start: {len(s)} jobs on {gpus} GPU(s) " if gpus else f"Each experiment job: {len(s)} jobs ") + (
+            f"from the first job's start to the last table written: {wall:.0f} s.\n\n" + _md_table(s, ".1f"))
+
+
 def build(tables: dict[str, pd.DataFrame], claims_path: str, figures: list[str], out_path: str,
           html_path: str | None = None) -> pd.DataFrame:
     with open(claims_path) as fh:
@@ -160,6 +171,7 @@ def build(tables: dict[str, pd.DataFrame], claims_path: str, figures: list[str],
         "not reproduced / needs a GPU (never guessed: a claim this run could not measure says so).",
         "## Provenance\n\n" + _provenance(tables),
         "## Claims\n\n" + tally + "\n\n" + _md_table(table),
+        "## Schedule\n\n" + _schedule(tables),
         "## Kernels\n\nThe provider names in the tables and below:\n\n"
         + "\n".join(f"- `{k}`: {v}" for k, v in PROVIDERS.items()),
         "## Performance\n\n" + _performance(tables),
