@@ -40,8 +40,9 @@ def test_experiments_run_as_slurm_jobs_and_aggregation_locally(cluster, tmp_path
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-5000:]
 
-    submitted = dict(re.findall(r"submitted with SLURM jobid (\d+) \(log: \S*/rule_(\w+)/", log))
-    rules = set(submitted.values())
+    submitted = {job: f"{rule}/{exp}" for job, rule, exp in
+                 re.findall(r"submitted with SLURM jobid (\d+) \(log: \S*/rule_(\w+)/(\w+)/", log)}
+    rules = {key.split("/")[0] for key in submitted.values()}
     assert rules == {"calibration", "vector_add", "relu_dropout", "softmax", "attention", "flash_attention"}, rules
     assert len(submitted) == len(list((tmp_path / "results/tiny").glob("*/*.parquet")))  # every table: one job
     assert not any(r.startswith("figure") or r == "report" for r in rules)  # aggregation stays local
@@ -50,9 +51,9 @@ def test_experiments_run_as_slurm_jobs_and_aggregation_locally(cluster, tmp_path
                             "-j", ",".join(submitted)], capture_output=True, text=True, check=True).stdout
     states = dict(line.split("|") for line in sacct.split())
     with capsys.disabled():  # into the test log, passing or not: which job went where, and how it ended
-        print("\nSLURM jobs (sbatch id, rule, sacct state):")
-        for job_id, rule in sorted(submitted.items(), key=lambda kv: int(kv[0])):
-            print(f"  {job_id:>5}  {rule:<16} {states.get(job_id)}")
+        print("\nSLURM jobs (sbatch id, experiment, sacct state):")
+        for job_id, key in sorted(submitted.items(), key=lambda kv: int(kv[0])):
+            print(f"  {job_id:>5}  {key:<28} {states.get(job_id)}")
     assert set(states) == set(submitted) and set(states.values()) == {"COMPLETED"}, states
 
     report = (tmp_path / "results/tiny/report.md").read_text()
