@@ -4,9 +4,8 @@ Each drawing function receives only its declared tables."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
-
 from pathlib import Path
+from typing import Callable
 
 import yaml
 

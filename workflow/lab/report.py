@@ -8,7 +8,7 @@ import pandas as pd
 import yaml
 
 from . import claims as claims_mod
-from . import provenance, summary
+from . import provenance, runs, summary
 from .table import PROVENANCE, atomic_path
 
 CAPTIONS = Path(__file__).resolve().parents[1] / "report"  # <figure name>.rst, shared with `snakemake --report`
@@ -152,15 +152,19 @@ def _improvements(tables: dict[str, pd.DataFrame]) -> str:
             + "\n".join(lines)) if lines else ""
 
 
-def _schedule(tables: dict[str, pd.DataFrame]) -> str:
-    s = summary.schedule(tables)
-    if s.empty:
+def _schedule(run_dir: Path) -> str:
+    s = runs.schedule(run_dir)
+    if s.empty or s["start"].isna().any():
         return "These tables do not record when their jobs started."
-    wall = (s["start_s"] + s["seconds"]).max()
-    gpus = s["gpu"].nunique()
+    t0 = s["start"].min()
+    table = pd.DataFrame({"gpu": s["gpu"].str[-8:], "table": s["table"], "timing": s["timing"],
+                          "start_s": (s["start"] - t0).dt.total_seconds(),
+                          "seconds": (s["end"] - s["start"]).dt.total_seconds()}).sort_values(["gpu", "start_s"])
+    gpus = s.loc[s["gpu"] != "", "gpu"].nunique()
+    where = f"on {gpus} GPU(s)" if gpus else "on the CPU"
     return (f"Each experiment job, on the GPU it locked (last characters of its UUID), in seconds from the first "
-            f"job's start: {len(s)} jobs on {gpus} GPU(s) " if gpus else f"Each experiment job: {len(s)} jobs ") + (
-            f"from the first job's start to the last table written: {wall:.0f} s.\n\n" + _md_table(s, ".1f"))
+            f"job's start: {len(s)} jobs {where}, {runs.wall_seconds(s):.0f} s from the first job's start to the "
+            "last table written.\n\n" + _md_table(table, ".1f"))
 
 
 def build(tables: dict[str, pd.DataFrame], claims_path: str, figures: list[str], out_path: str,
@@ -180,7 +184,7 @@ def build(tables: dict[str, pd.DataFrame], claims_path: str, figures: list[str],
         "not reproduced / needs a GPU (never guessed: a claim this run could not measure says so).",
         "## Provenance\n\n" + _provenance(tables),
         "## Claims\n\n" + tally + "\n\n" + _md_table(table),
-        "## Schedule\n\n" + _schedule(tables),
+        "## Schedule\n\n" + _schedule(Path(out_path).parent),
         "## Kernels\n\nThe provider names in the tables and below:\n\n"
         + "\n".join(f"- `{k}`: {v}" for k, v in PROVIDERS.items()),
         "## Performance\n\n" + _performance(tables),

@@ -122,20 +122,3 @@ def launch_floor(df: pd.DataFrame) -> dict[str, float]:
     d = median(df, "time_ms", variant="launch_floor")
     return {r.provider: r.value * 1e3 for r in d.itertuples()}
 
-
-def schedule(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """Where and when each table's job ran (from its rows' gpu_uuid, job_start and timestamp), in seconds
-    from the first job's start; empty for tables that predate job_start."""
-    rows = []
-    for key, t in tables.items():
-        if "job_start" not in t or t["job_start"].isna().all():
-            continue
-        rows.append({"table": key, "gpu": str(t["gpu_uuid"].iloc[0])[-8:] if "gpu_uuid" in t else "",
-                     "start": pd.to_datetime(t["job_start"].iloc[0], utc=True),
-                     "end": pd.to_datetime(t["timestamp"].iloc[0], utc=True)})
-    if not rows:
-        return pd.DataFrame()
-    d = pd.DataFrame(rows)
-    t0 = d["start"].min()
-    return (d.assign(start_s=(d["start"] - t0).dt.total_seconds(), seconds=(d["end"] - d["start"]).dt.total_seconds())
-            .sort_values(["gpu", "start_s"])[["gpu", "table", "start_s", "seconds"]])
