@@ -402,7 +402,7 @@ def settle(claims: list[dict], tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     rows = []
     for c in claims:
         check = CHECKS[c["id"]]
-        failed = {k: tables[k] for k in check.tables if (tables[k]["status"] == "failed").any()}
+        failed = {k: tables[k] for k in check.tables if summary.failed(tables[k])}
         if failed:
             measured = "; ".join(f"not settled: the {k} job failed ({d['error'].iloc[0].splitlines()[0][:200]})"
                                  for k, d in failed.items())

@@ -29,6 +29,11 @@ def placeholder(title: str, df: pd.DataFrame) -> plt.Figure:
     return fig
 
 
+def needs_gpu(title: str, device: str = "no GPU") -> plt.Figure:
+    """The placeholder for a figure of timings when the run has none (Triton's interpreter)."""
+    return placeholder(title, pd.DataFrame({"device": [device], "error": ["needs a GPU"]}))
+
+
 def _measured(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["status"] == "ok"]
 
@@ -186,7 +191,7 @@ def save(fig: plt.Figure, path: str) -> None:
 def ceiling_fraction(fractions: pd.DataFrame) -> plt.Figure:
     """Best median throughput of every kernel and peer as a fraction of the ceiling that bounds it."""
     if fractions.empty:
-        return placeholder("fraction of the measured ceilings", pd.DataFrame({"device": ["no GPU"], "error": ["needs a GPU"]}))
+        return needs_gpu("fraction of the measured ceilings")
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(fractions) + 2))
     sns.barplot(data=fractions, y="label", x="fraction", hue="ceiling", dodge=False, ax=ax)
     ax.axvline(1.0, color="black", lw=1)
@@ -200,12 +205,12 @@ def ceiling_fraction(fractions: pd.DataFrame) -> plt.Figure:
 def fusion(f: pd.DataFrame, device: str) -> plt.Figure:
     """Unfused time / fused time per size, one panel per kernel: above 1 the fused kernel is faster."""
     if f.empty:
-        return placeholder("fused vs unfused: time ratio", pd.DataFrame({"device": [device], "error": ["needs a GPU"]}))
+        return needs_gpu("fused vs unfused: time ratio", device)
     kernels = list(dict.fromkeys(f["kernel"]))
     fig, axes = plt.subplots(1, len(kernels), figsize=(6 * len(kernels), 4.4), squeeze=False)
     xlabel = {"relu_dropout": "elements", "softmax": "n_cols (4096 rows)"}
     for ax, kernel in zip(axes[0], kernels):
-        g = f[f["kernel"] == kernel].assign(pair=lambda d: d["comparison"].str.split(": ", n=1).str[1])
+        g = f[f["kernel"] == kernel]
         sns.lineplot(data=g, x="size", y="time_ratio", hue="pair", marker="o", ax=ax)
         ax.axhline(1.0, color="black", lw=1)
         ax.set(xscale="log", yscale="log", xlabel=xlabel.get(kernel, "size"), ylabel="unfused time / fused time (median)",
@@ -219,7 +224,7 @@ def fusion(f: pd.DataFrame, device: str) -> plt.Figure:
 def flash_vs_best_sdpa(wide: pd.DataFrame, device: str) -> plt.Figure:
     """flash_attention's TFLOP/s over the fastest SDPA backend's at each point."""
     if wide.empty or "triton/best_sdpa" not in wide:
-        return placeholder("flash_attention / best SDPA", pd.DataFrame({"device": [device], "error": ["needs a GPU"]}))
+        return needs_gpu("flash_attention / best SDPA", device)
     d = wide.assign(case=lambda w: w["variant"] + ", d=" + w["d"].astype(int).astype(str)
                     + w["causal"].astype(bool).map({True: ", causal", False: ""}))
     fig, ax = plt.subplots(figsize=(9.5, 4.4))
@@ -238,7 +243,7 @@ def flash_vs_best_sdpa(wide: pd.DataFrame, device: str) -> plt.Figure:
 def call_latency(floor: dict[str, float], device: str) -> plt.Figure:
     """Microseconds per call on a problem too small to keep the GPU busy."""
     if not floor:
-        return placeholder("per-call latency", pd.DataFrame({"device": [device], "error": ["needs a GPU"]}))
+        return needs_gpu("per-call latency", device)
     d = pd.DataFrame({"provider": list(floor), "us": list(floor.values())}).sort_values("us")
     fig, ax = plt.subplots(figsize=(7, 3.2))
     sns.barplot(data=d, y="provider", x="us", ax=ax, color="tab:blue")

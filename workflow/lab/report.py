@@ -94,8 +94,8 @@ def _performance(tables: dict[str, pd.DataFrame]) -> str:
         out.append(f"**{kernel}**\n\n" + _md_table(peak) + "\n")
     f = summary.fusion(tables)
     for kernel, g in f.groupby("kernel", sort=False) if not f.empty else ():
-        wide = g.pivot_table(index="size", columns="comparison", values="time_ratio")
-        wide.columns = [c.split(": ", 1)[1] for c in wide.columns]
+        wide = g.pivot_table(index="size", columns="pair", values="time_ratio")
+        wide.columns.name = None
         wide.index.name = dict((k, x) for k, _, _, x in summary.FUSION)[kernel]
         out.append(f"\n### What fusion buys, {kernel}: unfused time / fused time (median; > 1: fused is faster)\n\n"
                    + _md_table(wide.reset_index(), ".2f"))

@@ -7,6 +7,11 @@ import pandas as pd
 MEMORY_BOUND = {"vector_add": "size", "relu_dropout": "size", "softmax": "n_cols"}
 
 
+def failed(df: pd.DataFrame) -> bool:
+    """Does this table record an experiment that raised (lab.runner's one-row 'failed' table)?"""
+    return bool((df["status"] == "failed").any())
+
+
 def ok(df: pd.DataFrame, **where) -> pd.DataFrame:
     d = df[df["status"] == "ok"]
     for col, val in where.items():
@@ -62,8 +67,9 @@ def fusion(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
         d = ok(tables[f"{kernel}/performance"])
         for dtype in sorted(d["dtype"].unique()) if len(d) else ():
             r = fused_vs_unfused(d, fused, unfused, x, dtype=dtype).rename(columns={x: "size"})
-            parts.append(r.assign(kernel=kernel, fused=fused, unfused=unfused, dtype=dtype,
-                                  comparison=f"{kernel}: {fused} vs {unfused} ({dtype})"))
+            pair = f"{fused} vs {unfused} ({dtype})"
+            parts.append(r.assign(kernel=kernel, fused=fused, unfused=unfused, dtype=dtype, pair=pair,
+                                  comparison=f"{kernel}: {pair}"))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 

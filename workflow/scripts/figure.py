@@ -3,6 +3,7 @@ import sys
 
 import pandas as pd
 
+from lab import summary
 from lab.figures import FIGURES
 from lab.gpu import quiet_host
 from lab.plots import placeholder, save
@@ -13,5 +14,5 @@ sys.stdout = sys.stderr = open(smk.log[0], "w")
 lock = quiet_host()  # not while a kernel is being timed on this machine (lab/gpu.py says why)
 fig = FIGURES[smk.params.name]
 tables = {key: read(smk.input[input_name(key)]) for key in fig.tables}
-failed = [t for t in tables.values() if (t["status"] == "failed").any()]  # an experiment that raised
+failed = [t for t in tables.values() if summary.failed(t)]  # an experiment that raised
 save(placeholder(fig.name, pd.concat(failed)) if failed else fig.draw(tables), smk.output[0])
