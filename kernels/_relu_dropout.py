@@ -2,8 +2,9 @@
 
 ``relu_dropout_writeup`` is the writeup's kernel as written: one ``tl.rand`` (one Philox evaluation)
 per element. ``relu_dropout`` is the improved kernel: four random numbers per Philox evaluation, so it
-runs at memory speed rather than RNG speed. Both are pure functions of (seed, element index), but they
-draw different masks for the same seed.
+runs at memory speed rather than RNG speed, and it has a backward that draws its mask again from the
+seed (no mask tensor is saved). Both are pure functions of (seed, element index), but they draw
+different masks for the same seed.
 """
 from __future__ import annotations
 
@@ -14,20 +15,36 @@ from ._triton import tl, triton
 
 
 @triton.jit
+def _kept(seed, start, p, BLOCK_SIZE: tl.constexpr):
+    """Which of elements [start, start + BLOCK_SIZE) survive. The writeup draws tl.rand(seed, offsets): one
+    Philox evaluation per element, which makes the kernel compute-bound on a GPU. One tl.rand4x call yields
+    four uniforms, so element 4c + j takes the j-th draw of counter c: a quarter of the Philox work, still
+    a pure function of (seed, element index), so the backward draws the same mask again."""
+    r0, r1, r2, r3 = tl.rand4x(seed, start // 4 + tl.arange(0, BLOCK_SIZE // 4))
+    return tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), [BLOCK_SIZE]) > p
+
+
+@triton.jit
 def _relu_dropout_kernel(x_ptr, out_ptr, n_elements, p, seed, BLOCK_SIZE: tl.constexpr):
-    pid = tl.program_id(axis=0)
-    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    start = tl.program_id(axis=0) * BLOCK_SIZE
+    offsets = start + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
     x = tl.load(x_ptr + offsets, mask=mask)
     x = tl.where(x < 0.0, 0.0, x)  # relu that keeps NaN, as torch.relu does (tl.maximum would return 0)
-    # The writeup draws tl.rand(seed, offsets): one Philox evaluation per element, which makes the kernel
-    # compute-bound on a GPU. One tl.rand4x call yields four uniforms, so element 4c + j takes the j-th
-    # draw of counter c: a quarter of the Philox work, still a pure function of (seed, element index).
-    r0, r1, r2, r3 = tl.rand4x(seed, pid * (BLOCK_SIZE // 4) + tl.arange(0, BLOCK_SIZE // 4))
-    randoms = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), [BLOCK_SIZE])
-    keep = randoms > p
-    out = tl.where(keep, x / (1 - p), 0.0)
+    out = tl.where(_kept(seed, start, p, BLOCK_SIZE), x / (1 - p), 0.0)
     tl.store(out_ptr + offsets, out, mask=mask)
+
+
+@triton.jit
+def _relu_dropout_backward_kernel(dy_ptr, x_ptr, dx_ptr, n_elements, p, seed, BLOCK_SIZE: tl.constexpr):
+    """dx = dy / (1 - p) where the element was kept and x > 0, else 0; the mask drawn again from the seed."""
+    start = tl.program_id(axis=0) * BLOCK_SIZE
+    offsets = start + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask)
+    dy = tl.load(dy_ptr + offsets, mask=mask).to(tl.float32)
+    dx = tl.where(_kept(seed, start, p, BLOCK_SIZE) & (x > 0.0), dy / (1 - p), 0.0)
+    tl.store(dx_ptr + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -45,22 +62,59 @@ def _relu_dropout_writeup_kernel(x_ptr, out_ptr, n_elements, p, seed, BLOCK_SIZE
 
 def relu_dropout(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -> torch.Tensor:
     """dropout(relu(x)): each element is zeroed with probability p, survivors scaled by 1/(1-p).
-    A NaN survives relu (as in torch) and is NaN if kept, 0 if dropped."""
+    A NaN survives relu (as in torch) and is NaN if kept, 0 if dropped. Differentiable: the backward
+    saves x, not a mask, and draws the mask again from the seed."""
+    _check_args(x, p, seed, block_size)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _ReluDropout.apply(x, p, seed, block_size)
     return _launch(_relu_dropout_kernel, x, p, seed, block_size)
 
 
+def relu_dropout_backward(dy: torch.Tensor, x: torch.Tensor, p: float, seed: int,
+                          block_size: int = 1024) -> torch.Tensor:
+    """The gradient of relu_dropout(x, p, seed) for the output gradient dy (any block_size: the mask is
+    a function of the element index alone)."""
+    _check_args(x, p, seed, block_size)
+    _checks.tensor(dy, "dy")
+    _checks.same("dy", dy, "x", x)
+    x, dy = x.contiguous(), dy.contiguous()
+    dx = torch.empty_like(x)
+    n = dx.numel()
+    if n:
+        _relu_dropout_backward_kernel[(triton.cdiv(n, block_size),)](dy, x, dx, n, float(p), seed,
+                                                                     BLOCK_SIZE=block_size)
+    return dx
+
+
+class _ReluDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, p, seed, block_size):
+        ctx.save_for_backward(x)
+        ctx.args = (p, seed, block_size)
+        return _launch(_relu_dropout_kernel, x, p, seed, block_size)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return relu_dropout_backward(dy, x, *ctx.args), None, None, None
+
+
 def relu_dropout_writeup(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -> torch.Tensor:
-    """The writeup's kernel as written (one tl.rand per element); same contract as relu_dropout."""
+    """The writeup's kernel as written (one tl.rand per element); same contract as relu_dropout, forward only."""
+    _check_args(x, p, seed, block_size)
     return _launch(_relu_dropout_writeup_kernel, x, p, seed, block_size)
 
 
-def _launch(kernel, x: torch.Tensor, p: float, seed: int, block_size: int) -> torch.Tensor:
+def _check_args(x: torch.Tensor, p: float, seed: int, block_size: int) -> None:
     _checks.tensor(x, "x")
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
         raise ValueError(f"p must be a number in [0, 1), got {p!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
         raise ValueError(f"seed must be an int in [0, 2**31), got {seed!r}")
     _checks.block_size(block_size, smallest=4)  # the improved kernel draws four numbers per Philox call
+
+
+def _launch(kernel, x: torch.Tensor, p: float, seed: int, block_size: int) -> torch.Tensor:
     x = x.contiguous()
     out = torch.empty_like(x)
     n = out.numel()

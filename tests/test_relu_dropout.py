@@ -3,7 +3,7 @@ import torch
 from scipy import stats
 
 from conftest import DEVICE, FLOAT_DTYPES, randn
-from kernels import relu_dropout, relu_dropout_ref
+from kernels import relu_dropout, relu_dropout_backward, relu_dropout_ref
 
 
 def positive(n, seed=0):
@@ -69,3 +69,22 @@ def test_bad_p_is_refused(p):
 def test_bad_seed_is_refused(seed):
     with pytest.raises(ValueError, match="seed"):
         relu_dropout(randn(10), 0.5, seed)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("block_size", [64, 1024])
+def test_backward_draws_the_forwards_mask_again(dtype, block_size):
+    """No mask is saved: the backward draws it again from the seed, whatever its block size, and passes
+    the gradient exactly where the forward kept a positive x (scaled by 1/(1-p)), 0 elsewhere."""
+    p, n = 0.4, 3001
+    x = randn(n, dtype=dtype, seed=11).requires_grad_()
+    out = relu_dropout(x, p, seed=12)
+    dy = randn(n, dtype=dtype, seed=13)
+    out.backward(dy)
+    passed = (x.detach() > 0) & (out.detach() != 0)
+    want = torch.where(passed, (dy.float() / (1 - p)).to(dtype), torch.zeros_like(dy))
+    torch.testing.assert_close(x.grad, want, rtol=2 * torch.finfo(dtype).eps, atol=0)
+    again = relu_dropout_backward(dy, x.detach(), p, 12, block_size=block_size)
+    assert torch.equal(again, x.grad)
+    assert not torch.equal(relu_dropout_backward(dy, x.detach(), p, 13), x.grad)  # another seed, another mask
+    assert x.grad[x.detach() <= 0].eq(0).all()

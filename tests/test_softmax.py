@@ -3,8 +3,9 @@ import warnings
 import pytest
 import torch
 
-from conftest import FLOAT_DTYPES, randn
-from kernels import softmax, softmax_naive, softmax_ref
+from conftest import FLOAT_DTYPES, ON_GPU, randn
+import kernels._softmax as sm
+from kernels import softmax, softmax_backward, softmax_naive, softmax_ref, softmax_writeup
 from lab.verify import softmax_atol
 
 SHAPES = [(4, 5), (1, 1), (3, 97), (7, 1023), (2, 1024), (2, 1025), (5, 2000), (2, 4097)]
@@ -68,3 +69,82 @@ def test_strided_rows():
 def test_bad_input_is_refused(x, kwargs, err):
     with pytest.raises(err):
         softmax(x(), **kwargs)
+
+
+# The improved softmax has two paths by row width; small tiles and chunks force each one at widths the
+# interpreter runs in seconds. On a GPU the split path is the cooperative kernel (one launch, a barrier
+# per row); in the interpreter it is the same kernel in two launches.
+PATHS = {"rows": dict(tile=256, row_limit=1024, chunk=64),
+         "split": dict(tile=256, row_limit=16, chunk=64)}
+FORWARD_PATHS = {**PATHS, "rows, default tile": dict(row_limit=1024)}
+
+
+def forward(x, path):
+    return sm._forward(x, torch.empty(x.shape, dtype=x.dtype, device=x.device), **FORWARD_PATHS[path])
+
+
+@pytest.mark.parametrize("path", FORWARD_PATHS)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 17), (37, 64), (5, 65), (9, 200), (40, 129)])
+def test_both_paths_any_width(shape, dtype, path):
+    """Narrow rows share a tile (37 x 64: 4 rows per program, the last program part-empty); the split
+    path covers one chunk, a chunk and one column, and many rows per group of programs."""
+    x = randn(*shape, dtype=dtype, seed=5)
+    torch.testing.assert_close(forward(x, path).float(), softmax_ref(x).float(), atol=softmax_atol(dtype), rtol=0)
+
+
+@pytest.mark.parametrize("path", FORWARD_PATHS)
+def test_both_paths_strided_and_minus_inf(path):
+    x = randn(12, 900)[::3, ::4]  # row stride 2700, column stride 4
+    x[1, :100] = -float("inf")  # a whole chunk of -inf: its partial sum is 0, not NaN
+    x[2, 7] = -float("inf")
+    torch.testing.assert_close(forward(x, path), torch.softmax(x, -1), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_backward_matches_autograd(path, dtype):
+    x = randn(6, 150, dtype=dtype, seed=8).requires_grad_()
+    dy = randn(6, 150, dtype=dtype, seed=9)
+    torch.softmax(x.float(), -1).backward(dy.float())
+    y = softmax_ref(x.detach())
+    dx = sm._backward(y, dy, **PATHS[path])
+    assert dx.dtype == dtype
+    torch.testing.assert_close(dx.float(), x.grad.float(), atol=4 * softmax_atol(dtype), rtol=0)
+
+
+def test_autograd_gradcheck_style():
+    """softmax(x) is differentiable: its gradient against torch's, and against finite differences."""
+    x = randn(4, 33, seed=2).requires_grad_()
+    dy = randn(4, 33, seed=3)
+    softmax(x).backward(dy)
+    ref = x.detach().clone().requires_grad_()
+    torch.softmax(ref, -1).backward(dy)
+    torch.testing.assert_close(x.grad, ref.grad, atol=1e-6, rtol=0)
+    # central differences along a random direction v: (L(x + hv) - L(x - hv)) / 2h = <grad, v>
+    v, h = randn(4, 33, seed=4), 1e-2
+    with torch.no_grad():
+        xd, vd, dyd = x.detach().double(), v.double(), dy.double()
+        numeric = ((torch.softmax(xd + h * vd, -1) - torch.softmax(xd - h * vd, -1)) * dyd).sum() / (2 * h)
+    assert abs(numeric.item() - (x.grad.double() * vd).sum().item()) < 1e-4
+    assert torch.equal(softmax_backward(softmax(x.detach()), dy), sm._backward(softmax(x.detach()), dy))
+
+
+def test_writeup_kernel_beside_the_improved_one():
+    x = randn(3, 1500, seed=6)
+    torch.testing.assert_close(softmax_writeup(x), softmax(x), atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="grad"):
+        softmax(x.requires_grad_(), out=torch.empty_like(x))
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the cooperative split kernel runs only on a GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(300, 131072), (7, 262144 + 3), (2, 2**20)])
+def test_wide_rows_on_the_gpu(shape, dtype):
+    """The default configuration on rows that do not fit in one program: more rows than groups, odd widths."""
+    x = randn(*shape, dtype=dtype, seed=7)
+    torch.testing.assert_close(softmax(x).float(), softmax_ref(x).float(), atol=softmax_atol(dtype), rtol=0)
+    dy = randn(*shape, dtype=dtype, seed=8)
+    y = softmax_ref(x)
+    ref = torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)
+    torch.testing.assert_close(softmax_backward(y, dy).float(), ref, atol=4 * softmax_atol(dtype), rtol=0)

@@ -89,6 +89,13 @@ def _fusion(t):
     return plots.fusion(summary.fusion(t), plots.device_of(t["softmax/performance"]))
 
 
+@figure("softmax_widths", ["calibration/ceilings", "softmax/performance"], "Performance")
+def _softmax_widths(t):
+    perf = t["softmax/performance"]
+    copy = summary.ceilings(t["calibration/ceilings"]).get("copy_gbps")
+    return plots.softmax_widths(summary.softmax_widths(perf, copy), copy, plots.device_of(perf))
+
+
 @figure("flash_vs_best_sdpa", ["flash_attention/performance"], "Performance")
 def _flash_vs_best_sdpa(t):
     perf = t["flash_attention/performance"]

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .summary import MEMORY_BOUND  # noqa: E402
+from .summary import MEMORY_BOUND, forward  # noqa: E402
 from .table import atomic_path  # noqa: E402
 
 sns.set_theme(style="whitegrid", context="notebook")
@@ -94,7 +94,7 @@ def dropout_rates(df: pd.DataFrame) -> plt.Figure:
 
 def bandwidth(tables: dict[str, pd.DataFrame], copy_gbps: float | None) -> plt.Figure:
     """Memory-bound kernels: achieved GB/s per provider with p20-p80 bands, and the copy ceiling."""
-    measured = {k: _measured(v) for k, v in tables.items()}
+    measured = {k: forward(v) for k, v in tables.items()}
     if all(v.empty for v in measured.values()):
         return placeholder("memory-bound kernels: bandwidth", pd.concat(tables.values()))
     fig, axes = plt.subplots(1, len(tables), figsize=(5.5 * len(tables), 4.2), squeeze=False)
@@ -182,6 +182,30 @@ def flash_memory(df: pd.DataFrame) -> plt.Figure:
     return fig
 
 
+def softmax_widths(w, copy_gbps: float | None, device: str) -> plt.Figure:
+    """softmax GB/s against row width, forward and backward: the project's kernel, torch, the writeup's."""
+    if w.empty:
+        return needs_gpu("softmax at every row width", device)
+    providers = [p for p in ("triton_fused", "torch_softmax", "triton_writeup") if p in w]
+    long = w.melt(id_vars=["direction", "dtype", "n_cols"], value_vars=providers, var_name="provider",
+                  value_name="GB/s").dropna()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True)
+    for ax, direction in zip(axes, ("forward", "backward")):
+        sns.lineplot(data=long[long["direction"] == direction], x="n_cols", y="GB/s", hue="provider", style="dtype",
+                     marker="o", ax=ax)
+        if copy_gbps:
+            ax.axhline(copy_gbps, color="black", ls="--", lw=1)
+            ax.axhline(0.9 * copy_gbps, color="grey", ls=":", lw=1)
+            ax.text(w["n_cols"].min(), copy_gbps, f" device copy {copy_gbps:.0f} GB/s; dotted: 0.9 of it",
+                    va="bottom", fontsize=8)
+        ax.set(xscale="log", xlabel="n_cols (every input the same size)", ylabel="GB/s (bytes the op must move / time)",
+               title=direction)
+        sns.move_legend(ax, "lower left", fontsize=7, title=None)
+    fig.suptitle(f"softmax at every row width, median ({device})")
+    fig.tight_layout()
+    return fig
+
+
 def save(fig: plt.Figure, path: str) -> None:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
@@ -208,7 +232,7 @@ def fusion(f: pd.DataFrame, device: str) -> plt.Figure:
         return needs_gpu("fused vs unfused: time ratio", device)
     kernels = list(dict.fromkeys(f["kernel"]))
     fig, axes = plt.subplots(1, len(kernels), figsize=(6 * len(kernels), 4.4), squeeze=False)
-    xlabel = {"relu_dropout": "elements", "softmax": "n_cols (4096 rows)"}
+    xlabel = {"relu_dropout": "elements", "softmax": "n_cols (inputs of the same size)"}
     for ax, kernel in zip(axes[0], kernels):
         g = f[f["kernel"] == kernel]
         sns.lineplot(data=g, x="size", y="time_ratio", hue="pair", marker="o", ax=ax)

@@ -16,14 +16,18 @@ CAPTIONS = Path(__file__).resolve().parents[1] / "report"  # <figure name>.rst, 
 # Which kernel each provider name in the tables is.
 PROVIDERS = {
     "triton_writeup": "the writeup's kernel as written: `kernels.relu_dropout_writeup` (one `tl.rand` per element); "
+                      "for softmax `kernels.softmax_writeup` (one block per row, sized to the row: the writeup's fix; "
+                      "`softmax_writeup(x, 1024)` is its bug); "
                       "for attention `kernels.attention` (all of K/V at once, BLOCK_Q=16, BLOCK_K=next_power_of_2(n_k), "
                       "BLOCK_V=next_power_of_2(d): the writeup does not show its launcher)",
-    "triton_fused": "the project's improved kernel: `kernels.relu_dropout` (`tl.rand4x`, four draws per Philox call) or "
-                    "`kernels.softmax` (block sized to the row; `softmax(x, 1024)` is the writeup's bug)",
+    "triton_fused": "the project's improved kernel: `kernels.relu_dropout` (`tl.rand4x`, four draws per Philox call; "
+                    "backward `kernels.relu_dropout_backward`, the mask drawn again from the seed) or `kernels.softmax` "
+                    "(narrow rows share a program, wide rows are split over a group of programs; backward "
+                    "`kernels.softmax_backward`)",
     "triton": "`kernels.vector_add`, the writeup's kernel",
     "triton_flash": "`kernels.flash_attention`, the rung the writeup did not climb (tiled online softmax, fwd + bwd)",
-    "torch_unfused": "`dropout(relu(x))`: two torch kernels",
-    "torch_softmax": "`torch.softmax`",
+    "torch_unfused": "`dropout(relu(x))`: two torch kernels; backward through autograd",
+    "torch_softmax": "`torch.softmax`; backward `torch._softmax_backward_data`, the kernel autograd runs",
     "torch_naive": "softmax as five torch ops (max, subtract, exp, sum, divide)",
     "torch_sdpa / sdpa_*": "`F.scaled_dot_product_attention`, backend forced and then read from the kernels it launched "
                            "(column `sdpa_backend`)",
@@ -99,6 +103,7 @@ def _performance(tables: dict[str, pd.DataFrame]) -> str:
         wide.index.name = dict((k, x) for k, _, _, x in summary.FUSION)[kernel]
         out.append(f"\n### What fusion buys, {kernel}: unfused time / fused time (median; > 1: fused is faster)\n\n"
                    + _md_table(wide.reset_index(), ".2f"))
+    out.append(_softmax_widths(tables, ceil["copy_gbps"]))
     out.append(_improvements(tables))
     att = summary.median(tables["attention/performance"], "throughput")
     if not att.empty:
@@ -130,16 +135,54 @@ def _performance(tables: dict[str, pd.DataFrame]) -> str:
     return "\n".join(out)
 
 
+def _softmax_widths(tables: dict[str, pd.DataFrame], copy_gbps: float) -> str:
+    """The project's softmax against torch's at every row width, forward and backward; relu+dropout's
+    backward beside its forward."""
+    w = summary.softmax_widths(tables["softmax/performance"], copy_gbps)
+    if w.empty:
+        return ""
+    out = ["\n### softmax at every row width, median GB/s (inputs of the same size; `torch/triton time` > 1: the "
+           "project's kernel is faster)\n"]
+    for (direction, dtype), g in w.groupby(["direction", "dtype"], sort=False):
+        worst = g.loc[g["torch/triton time"].idxmin()]
+        wide = g[g["n_cols"] >= 1024]
+        low = wide.loc[wide["triton/copy"].idxmin()] if len(wide) else None
+        out.append(f"- {direction}, {dtype}: against torch {g['torch/triton time'].min():.2f}x.."
+                   f"{g['torch/triton time'].max():.2f}x (lowest at {int(worst['n_cols'])} columns)"
+                   + (f"; from 1024 columns up at least {low['triton/copy']:.2f} of copy (at {int(low['n_cols'])})"
+                      if low is not None else ""))
+    cols = [c for c in ("direction", "dtype", "n_cols", "n_rows", "triton_fused", "torch_softmax", "triton_writeup",
+                        "torch/triton time", "triton/copy") if c in w]
+    out.append("\n" + _md_table(w[cols].astype({"n_cols": int, "n_rows": int})))
+    dr = summary.median(tables["relu_dropout/performance"], "bandwidth", provider="triton_fused")
+    if "direction" in dr and dr["direction"].nunique() > 1:
+        big = dr[dr["size"] == dr["size"].max()].set_index("direction")["value"]
+        out.append(f"\nrelu+dropout at {int(dr['size'].max())} elements: forward {big['forward'] / copy_gbps:.3f} of copy, "
+                   f"backward (the mask drawn again from the seed; read x and dy, write dx) "
+                   f"{big['backward'] / copy_gbps:.3f} of copy.")
+    return "\n".join(out)
+
+
 def _improvements(tables: dict[str, pd.DataFrame]) -> str:
     """The writeup's kernel against the project's, same job, same shapes: what each change bought."""
     lines = []
-    dr = summary.median(tables["relu_dropout/performance"], "time_ms")
+    dr = summary.median(summary.forward(tables["relu_dropout/performance"]), "time_ms")
     if {"triton_writeup", "triton_fused"} <= set(dr["provider"]):
         t = dr.pivot_table(index="size", columns="provider", values="value")
         ratio = t["triton_writeup"] / t["triton_fused"]
         lines.append(f"- relu+dropout, `tl.rand4x` instead of one `tl.rand` per element: the writeup's kernel takes "
                      f"{ratio.min():.2f}x..{ratio.max():.2f}x the time of the improved one ({ratio.iloc[-1]:.2f}x at "
                      f"{t.index[-1]} elements).")
+    sm = summary.median(summary.forward(tables["softmax/performance"]), "time_ms", provider="triton_writeup")
+    if not sm.empty:
+        both = summary.median(summary.forward(tables["softmax/performance"]), "time_ms")
+        t = both.pivot_table(index=["dtype", "n_cols"], columns="provider", values="value")
+        ratio = (t["triton_writeup"] / t["triton_fused"]).dropna()
+        worst, best = ratio.idxmax(), ratio.idxmin()
+        lines.append(f"- softmax, several narrow rows per program and a split path for wide rows instead of one block "
+                     f"per row: the writeup's kernel (block sized to the row) takes {ratio.min():.2f}x..{ratio.max():.2f}x "
+                     f"the time of the improved one ({ratio.max():.2f}x at {worst[1]} columns, {worst[0]}; "
+                     f"{ratio.min():.2f}x at {best[1]}, {best[0]}).")
     att = summary.median(tables["attention/performance"], "time_ms")
     if {"triton_writeup", "triton_flash"} <= set(att["provider"]):
         t = att.pivot_table(index="n_q", columns="provider", values="value")

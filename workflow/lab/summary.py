@@ -23,6 +23,26 @@ def median(df: pd.DataFrame, metric: str, **where) -> pd.DataFrame:
     return ok(df, metric=metric, quantile=0.5, **where)
 
 
+def forward(df: pd.DataFrame) -> pd.DataFrame:
+    """The forward rows of a performance table that also times backward passes (column `direction`)."""
+    return ok(df, direction="forward") if "direction" in df else ok(df)
+
+
+def softmax_widths(df: pd.DataFrame, copy_gbps: float | None) -> pd.DataFrame:
+    """Per direction, dtype and row width: median GB/s of the project's softmax, torch's and the writeup's
+    kernel, torch's time over the project's (> 1: the project's is faster), and the fraction of copy."""
+    d = median(df, "bandwidth")
+    if d.empty or "direction" not in d:  # no timings, or a table from before the backward was timed
+        return d.iloc[:0]
+    wide = d.pivot_table(index=["direction", "dtype", "n_cols", "n_rows"], columns="provider", values="value")
+    wide.columns.name = None
+    out = wide.reset_index()
+    out["torch/triton time"] = out["triton_fused"] / out["torch_softmax"]  # same bytes: GB/s ratio = time ratio
+    if copy_gbps:
+        out["triton/copy"] = out["triton_fused"] / copy_gbps
+    return out.sort_values(["direction", "dtype", "n_cols"], ascending=[False, True, True]).reset_index(drop=True)
+
+
 def ceilings(cal: pd.DataFrame) -> dict:
     """copy GB/s and bf16 matmul TFLOP/s (medians) and the device's properties (shared memory per block,
     per SM, device memory, ... as recorded); {} without a GPU."""
@@ -37,9 +57,10 @@ def ceilings(cal: pd.DataFrame) -> dict:
 
 
 def peak_bandwidth(df: pd.DataFrame, copy_gbps: float, x: str = "size") -> pd.DataFrame:
-    """Best median bandwidth per provider (and dtype), and its fraction of the measured copy bandwidth."""
+    """Best median bandwidth per provider (and direction, dtype), and its fraction of the measured copy
+    bandwidth."""
     d = median(df, "bandwidth")
-    keys = ["provider"] + (["dtype"] if d["dtype"].nunique() > 1 else [])
+    keys = (["direction"] if "direction" in d else []) + ["provider"] + (["dtype"] if d["dtype"].nunique() > 1 else [])
     best = d.loc[d.groupby(keys)["value"].idxmax(), keys + [x, "value"]]
     return best.assign(fraction_of_copy=best["value"] / copy_gbps).rename(columns={"value": "GB/s", x: f"at {x}"})
 
@@ -64,7 +85,7 @@ def fusion(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Every FUSION comparison, per dtype and size, in one long frame."""
     parts = []
     for kernel, fused, unfused, x in FUSION:
-        d = ok(tables[f"{kernel}/performance"])
+        d = forward(tables[f"{kernel}/performance"])
         for dtype in sorted(d["dtype"].unique()) if len(d) else ():
             r = fused_vs_unfused(d, fused, unfused, x, dtype=dtype).rename(columns={x: "size"})
             pair = f"{fused} vs {unfused} ({dtype})"
@@ -114,7 +135,8 @@ def ceiling_fractions(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     rows = []
     for kernel, x in MEMORY_BOUND.items():
         for r in peak_bandwidth(tables[f"{kernel}/performance"], ceil["copy_gbps"], x).itertuples():
-            label = f"{kernel} / {r.provider}" + (f" {r.dtype}" if hasattr(r, "dtype") else "")
+            label = (f"{kernel}{' ' + r.direction if hasattr(r, 'direction') else ''} / {r.provider}"
+                     + (f" {r.dtype}" if hasattr(r, "dtype") else ""))
             rows.append({"label": label, "fraction": r.fraction_of_copy, "ceiling": "device copy GB/s"})
     flash = median(tables["flash_attention/performance"], "throughput")
     for (provider, variant), g in flash.groupby(["provider", "variant"]):

@@ -1,5 +1,6 @@
-"""Fused ReLU + dropout: correctness against a keep-mask, the writeup's statistics (claims 2, 3),
-and fused vs unfused time and bytes (claim 12)."""
+"""Fused ReLU + dropout: correctness against a keep-mask (forward, and the backward that draws the mask
+again), the writeup's statistics (claims 2, 3), and fused vs unfused time and bytes, forward and
+backward (claim 12)."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +21,7 @@ def _positive(size: int, dtype_name: str, seed: int) -> torch.Tensor:
 
 @experiment()
 def correctness(s: dict) -> list[dict]:
-    from kernels import relu_dropout, relu_dropout_ref
+    from kernels import relu_dropout, relu_dropout_backward, relu_dropout_ref
 
     rows = []
     for dtype_name in s["dtypes"]:
@@ -37,6 +38,15 @@ def correctness(s: dict) -> list[dict]:
                 rows.append(row("max_ulp_error", ulps(out, ref).max().item() if size else 0.0, "ulp", **params))
                 rows.append(row("negatives_zeroed", bool((out[x <= 0] == 0).all()), "bool", **params))
                 rows.append(row("same_seed_identical", torch.equal(out, relu_dropout(x, p, s["seed"])), "bool", **params))
+                # The backward draws the mask again from the seed: dy / (1 - p) exactly where out came from x.
+                dy = randn([size], dtype_name, s["seed"] + 1)
+                passed = (x > 0) & (out != 0)
+                want = torch.where(passed, (dy.float() / (1 - p)).to(x.dtype), torch.zeros_like(dy))
+                got = relu_dropout_backward(dy, x, p, s["seed"])
+                rows.append(row("backward_max_ulp_error", ulps(got, want).max().item() if size else 0.0, "ulp",
+                                **params))
+                rows.append(row("backward_same_mask", bool(((got != 0) == (passed & (dy != 0))).all()), "bool",
+                                **params))
     return rows
 
 
@@ -102,17 +112,27 @@ def _statistics(relu_dropout, x: torch.Tensor, p: float, s: dict, params: dict) 
 def performance(s: dict) -> list[dict]:
     if not is_gpu():
         return [needs_gpu("timing relu_dropout")]
-    p, rows = s["p"], []
+    from kernels import relu_dropout_backward
+
+    p, seed, rows = s["p"], s["seed"], []
     for log2 in range(s["log2_sizes"][0], s["log2_sizes"][1] + 1, s["log2_step"]):
         n = 2**log2
-        x = randn([n], s["dtype"], s["seed"])
+        x = randn([n], s["dtype"], seed)
         nbytes = n * x.element_size()
-        # Fused: read x, write out. Unfused: relu reads x writes r; dropout reads r, writes out and its mask
-        # (torch's dropout kernel writes a bool mask of n bytes for the backward).
-        peers = [(provider, lambda f=f: f(x, p, s["seed"]), 2 * nbytes) for provider, f in _kernels().items()]
-        peers += [("torch_unfused", lambda: torch.nn.functional.dropout(torch.relu(x), p, training=True),
-                  4 * nbytes + n)]
-        for provider, fn, moved in peers:
-            rows += timing_rows(bench(fn, **s["bench"]), moved / 1e9, "GB", provider=provider,
+        # Forward. Fused: read x, write out. Unfused: relu reads x writes r; dropout reads r, writes out and
+        # its mask (torch's dropout kernel writes a bool mask of n bytes for the backward).
+        peers = [("forward", provider, lambda f=f: f(x, p, seed), 2 * nbytes) for provider, f in _kernels().items()]
+        peers += [("forward", "torch_unfused", lambda: torch.nn.functional.dropout(torch.relu(x), p, training=True),
+                   4 * nbytes + n)]
+        # Backward. Fused: read x and dy, write dx (the mask drawn again). torch: dropout's backward reads dy
+        # and the mask, writes g; relu's reads g and its output, writes dx.
+        dy = randn([n], s["dtype"], seed + 1)
+        leaf = x.detach().requires_grad_()
+        out = torch.nn.functional.dropout(torch.relu(leaf), p, training=True)
+        peers += [("backward", "triton_fused", lambda: relu_dropout_backward(dy, x, p, seed), 3 * nbytes),
+                  ("backward", "torch_unfused", lambda: torch.autograd.grad(out, leaf, dy, retain_graph=True),
+                   5 * nbytes + n)]
+        for direction, provider, fn, moved in peers:
+            rows += timing_rows(bench(fn, **s["bench"]), moved / 1e9, "GB", provider=provider, direction=direction,
                                 size=n, dtype=s["dtype"], bytes=moved)
     return rows

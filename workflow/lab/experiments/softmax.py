@@ -1,6 +1,6 @@
-"""Softmax: correctness for any width, the writeup's bug (claims 5-8, 16), numerical stability (claim 4),
-the passes each implementation makes (claim 17), and fused vs torch vs naive multi-op time and bytes
-(claim 12)."""
+"""Softmax: correctness for any width (forward and backward), the writeup's bug (claims 5-8, 16), numerical
+stability (claim 4), the passes each implementation makes (claim 17), and the improved kernel, the
+writeup's, torch and the naive multi-op version timed forward and backward at every row width (claim 12)."""
 from __future__ import annotations
 
 import warnings
@@ -8,6 +8,7 @@ import warnings
 import torch
 
 from ..measure import BF16_IN_INTERPRETER, bench, cuda_kernels, is_gpu, randn, runnable, timing_rows
+from ..measure import dtype as to_dtype
 from ..table import needs_gpu, row
 from ..verify import max_abs_diff, softmax_atol
 from . import experiment
@@ -15,32 +16,45 @@ from . import experiment
 
 @experiment()
 def correctness(s: dict) -> list[dict]:
-    from kernels import softmax, softmax_ref
+    """The improved softmax against torch, forward and (dx for a random dy) backward, at every shape."""
+    from kernels import softmax, softmax_backward, softmax_ref
 
     rows = []
     for dtype_name in s["dtypes"]:
         atol = softmax_atol(dtype_name)
         for n_rows, n_cols in s["shapes"]:
-            params = dict(dtype=dtype_name, n_rows=n_rows, n_cols=n_cols, atol=atol)
-            if not runnable(dtype_name):
-                rows.append(row("max_abs_diff", None, status="needs_gpu", error=BF16_IN_INTERPRETER, **params))
-                continue
-            x = randn([n_rows, n_cols], dtype_name, s["seed"])
-            diff = max_abs_diff(softmax(x), softmax_ref(x))
-            rows.append(row("max_abs_diff", diff, **params))
-            rows.append(row("matches_torch", diff <= atol, "bool", **params))
+            for direction in ("forward", "backward"):
+                params = dict(dtype=dtype_name, n_rows=n_rows, n_cols=n_cols, direction=direction,
+                              atol=atol if direction == "forward" else BACKWARD_SLACK * atol)
+                if not runnable(dtype_name):
+                    rows.append(row("max_abs_diff", None, status="needs_gpu", error=BF16_IN_INTERPRETER, **params))
+                    continue
+                x = randn([n_rows, n_cols], dtype_name, s["seed"])
+                if direction == "forward":
+                    diff = max_abs_diff(softmax(x), softmax_ref(x))
+                else:
+                    y, dy = softmax_ref(x), randn([n_rows, n_cols], dtype_name, s["seed"] + 1)
+                    ref = torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)
+                    diff = max_abs_diff(softmax_backward(y, dy), ref)
+                rows.append(row("max_abs_diff", diff, **params))
+                rows.append(row("matches_torch", diff <= params["atol"], "bool", **params))
     return rows
+
+
+# dx = y * (dy - sum(y * dy)) rounds a difference of two terms: its tolerance is a few times the forward's
+BACKWARD_SLACK = 4
 
 
 @experiment()
 def bug(s: dict) -> list[dict]:
-    """Sweep n_cols across the hard-coded 1024 in both modes.
+    """Sweep n_cols across the hard-coded 1024 in both modes of the writeup's kernel (hard-coded block,
+    and block sized to the row: the writeup's fix).
 
     Columns dropped are counted exactly: the output is pre-filled with NaN, so a column still NaN after
     the call was never written. The max abs diff is read from an output that starts as zeros, so the
     unwritten columns count as 0 rather than as whatever memory happened to hold.
     """
-    from kernels import softmax, softmax_ref
+    from kernels import softmax_ref, softmax_writeup
 
     rows, atol = [], softmax_atol("float32")
     for n_cols in s["n_cols"]:
@@ -51,8 +65,8 @@ def bug(s: dict) -> list[dict]:
                           block_size=block_size or 0, expected_dropped=max(0, n_cols - s["block_size"]) if block_size else 0)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                sentinel = softmax(x, block_size, out=torch.full_like(x, float("nan")))
-                zeroed = softmax(x, block_size, out=torch.zeros_like(x))
+                sentinel = softmax_writeup(x, block_size, out=torch.full_like(x, float("nan")))
+                zeroed = softmax_writeup(x, block_size, out=torch.zeros_like(x))
             dropped = int(sentinel.isnan().all(dim=0).sum().item())
             diff = max_abs_diff(zeroed, ref)
             # What the written columns hold: the softmax of the first block_size columns alone?
@@ -86,15 +100,25 @@ def stability(s: dict) -> list[dict]:
 
 
 def _providers(x: torch.Tensor) -> dict:
-    """provider -> (call, bytes it must move at the least). Fused and torch.softmax: read x once, write
-    once. Naive five-op: max (read x), x - max (read, write), exp (read, write), sum (read), divide
-    (read two, write): 8 passes over an M x N tensor."""
-    from kernels import softmax, softmax_unfused
+    """Forward: provider -> (call, bytes it must move at the least). Fused kernels and torch.softmax: read
+    x once, write once. Naive five-op: max (read x), x - max (read, write), exp (read, write), sum (read),
+    divide (read two, write): 8 passes over an M x N tensor."""
+    from kernels import softmax, softmax_unfused, softmax_writeup
 
     b = x.numel() * x.element_size()
     return {"triton_fused": (lambda: softmax(x), 2 * b),
+            "triton_writeup": (lambda: softmax_writeup(x), 2 * b),
             "torch_softmax": (lambda: torch.softmax(x, dim=-1), 2 * b),
             "torch_naive": (lambda: softmax_unfused(x), 8 * b)}
+
+
+def _backward_providers(y: torch.Tensor, dy: torch.Tensor) -> dict:
+    """Backward, dx from y and dy: read two, write one, for the project's kernel and for torch's own."""
+    from kernels import softmax_backward
+
+    b = y.numel() * y.element_size()
+    return {"triton_fused": (lambda: softmax_backward(y, dy), 3 * b),
+            "torch_softmax": (lambda: torch._softmax_backward_data(dy, y, -1, y.dtype), 3 * b)}
 
 
 @experiment()
@@ -115,13 +139,21 @@ def passes(s: dict) -> list[dict]:
 
 @experiment(timing=True)
 def performance(s: dict) -> list[dict]:
+    """Every row width with inputs of the same size (M = input_bytes / row bytes), forward and backward."""
     if not is_gpu():
         return [needs_gpu("timing softmax")]
-    rows, m = [], s["n_rows"]
+    rows = []
     for dtype_name in s["dtypes"]:
         for n in s["n_cols"]:
-            x = randn([m, n], dtype_name, s["seed"])
-            for provider, (fn, moved) in _providers(x).items():
-                rows += timing_rows(bench(fn, **s["bench"]), moved / 1e9, "GB", provider=provider,
-                                    n_rows=m, n_cols=n, dtype=dtype_name, bytes=moved)
+            x = randn([max(1, s["input_bytes"] // (n * to_dtype(dtype_name).itemsize)), n], dtype_name, s["seed"])
+            y, dy = torch.softmax(x, dim=-1), torch.randn_like(x)
+            forward = _providers(x)
+            if n > s["writeup_max_cols"]:
+                del forward["triton_writeup"]
+            for direction, providers in (("forward", forward), ("backward", _backward_providers(y, dy))):
+                for provider, (fn, moved) in providers.items():
+                    rows += timing_rows(bench(fn, **s["bench"]), moved / 1e9, "GB", provider=provider,
+                                        direction=direction, n_rows=x.shape[0], n_cols=n, dtype=dtype_name,
+                                        bytes=moved)
+            del x, y, dy
     return rows

@@ -1,0 +1,85 @@
+"""The sweep behind kernels/_softmax.py's sizes (GPU only; not part of the pipeline).
+
+    PYTHONPATH=.:workflow python workflow/scripts/tune_softmax.py out.csv
+
+For every row width N (M x N holds 2^28 bytes) and dtype it times, forward and backward, each candidate
+configuration of the improved kernel beside torch (and, forward, the writeup's kernel), checks each
+result against torch, and writes one CSV row per (direction, dtype, N, provider).
+"""
+from __future__ import annotations
+
+import sys
+
+import pandas as pd
+import torch
+
+import kernels._softmax as sm  # first: it chooses the backend before triton is imported
+from kernels import softmax_writeup
+from kernels._triton import triton
+
+BYTES = 2**28
+WIDTHS = [2**k for k in range(7, 19)] + [2**20]
+
+
+def candidates(n: int, direction: str) -> dict:
+    """label -> keyword arguments of sm._forward / sm._backward: the defaults, and (forward) the grid
+    they were chosen from. Also tried on the H200 and dropped, as slower: eviction_policy="evict_first",
+    persistent programs looping over tiles (num_stages 1 and 2), and a split path that does not run a
+    row ahead."""
+    out = {"default": {}}
+    if direction == "backward":
+        return out
+    width = triton.next_power_of_2(n)
+    for tile in (1024, 2048, 4096, 8192, 16384, 32768):
+        for warps in (4, 16):
+            if width <= tile <= 2 * max(width, 2048):
+                out[f"rows tile={tile} warps={warps}"] = dict(tile=tile, row_limit=2**21, warps=warps)
+    if n >= 32768:
+        for chunk, warps in ((4096, 4), (8192, 4), (8192, 8), (8192, 16)):
+            out[f"split chunk={chunk} warps={warps}"] = dict(row_limit=1, chunk=chunk, warps=warps)
+    return out
+
+
+def bench(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=10, rep=40)
+
+
+def main(path: str) -> None:
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16):
+        for n in WIDTHS:
+            m = max(1, BYTES // (n * dtype.itemsize))
+            x = torch.randn(m, n, device="cuda", dtype=dtype)
+            ref = torch.softmax(x, -1)
+            dy = torch.randn_like(x)
+            ref_dx = torch._softmax_backward_data(dy, ref, -1, dtype)
+            moved = {"forward": 2 * x.numel() * dtype.itemsize, "backward": 3 * x.numel() * dtype.itemsize}
+            tol = 1e-5 if dtype == torch.float32 else 2e-2
+            for direction in ("forward", "backward"):
+                runs = {"torch": (lambda: torch.softmax(x, -1)) if direction == "forward"
+                        else (lambda: torch._softmax_backward_data(dy, ref, -1, dtype))}
+                if direction == "forward" and n <= 32768:
+                    runs["writeup"] = lambda: softmax_writeup(x)
+                for label, kw in candidates(n, direction).items():
+                    if direction == "forward":
+                        out = torch.empty_like(x)
+                        runs[label] = lambda kw=kw, out=out: sm._forward(x, out, **kw)
+                    else:
+                        runs[label] = lambda kw=kw: sm._backward(ref, dy, **kw)
+                for label, fn in runs.items():
+                    try:
+                        got = fn()
+                        want = ref if direction == "forward" else ref_dx
+                        err = (got.float() - want.float()).abs().max().item()
+                        ms = bench(fn)
+                        rows.append(dict(direction=direction, dtype=str(dtype)[6:], n=n, m=m, provider=label, ms=ms,
+                                         gbps=moved[direction] / ms / 1e6, max_err=err, ok=err <= tol))
+                    except Exception as e:  # noqa: BLE001  (a config that does not compile is a data point)
+                        rows.append(dict(direction=direction, dtype=str(dtype)[6:], n=n, m=m, provider=label,
+                                         error=repr(e)[:200]))
+                    print(rows[-1], flush=True)
+    pd.DataFrame(rows).to_csv(path, index=False)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
