@@ -49,10 +49,12 @@ def git_commit() -> str:
 
 
 def git_dirty() -> str:
-    """'true' when tracked files differ from the commit, 'false' when not, 'unknown' without git."""
+    """'true' when tracked files outside results/ differ from the commit, 'false' when not, 'unknown'
+    without git. results/ does not count: a run rewrites its own tracked tables and report as it goes,
+    which says nothing about the code that made them."""
     if os.environ.get("LAB_GIT_DIRTY") in ("true", "false"):
         return os.environ["LAB_GIT_DIRTY"]
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
     return "unknown" if status is None else str(bool(status)).lower()
 
 

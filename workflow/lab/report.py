@@ -54,20 +54,11 @@ def _md_table(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
     return "\n".join([head, sep, *body])
 
 
-def _code_dirty() -> str:
-    """Like provenance.git_dirty, but not counting results/: rebuilding a committed run's report rewrites
-    its tracked log and report files, which says nothing about the code that built it."""
-    if os.environ.get("LAB_GIT_DIRTY") in ("true", "false"):
-        return os.environ["LAB_GIT_DIRTY"]
-    status = provenance._git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
-    return "unknown" if status is None else str(bool(status)).lower()
-
-
 def _provenance(tables: dict[str, pd.DataFrame]) -> str:
     """The run's origin (values shared by every table, or each distinct value), then each table's own."""
     allrows = pd.concat(tables.values(), ignore_index=True)
     lines = [f"This report was generated at commit `{provenance.git_commit()}` "
-             f"(uncommitted changes to tracked files outside results/: {_code_dirty()}) from the tables below.", ""]
+             f"(uncommitted changes to tracked files outside results/: {provenance.git_dirty()}) from the tables below.", ""]
     per_table = ["git_commit", "git_dirty", "job_start", "timestamp", "gpu_uuid", "sm_clock_mhz", "sm_clock_max_mhz",
                  "config_hash", "code_hash"]
     for key in PROVENANCE:
