@@ -20,6 +20,11 @@ def test_every_job_names_its_gpu_and_no_timing_job_shared_one():
     assert runs.timing_overlaps(jobs) == []
 
 
+def test_both_gpus_ran_timing_jobs():
+    jobs = runs.schedule(TWO)
+    assert jobs[jobs["timing"]]["gpu"].nunique() == 2
+
+
 def test_the_two_gpus_worked_in_parallel():
     jobs = runs.schedule(TWO)
     a, b = sorted(jobs["gpu"].unique())

@@ -126,7 +126,7 @@ def test_editing_a_kernel_reruns_its_tables_only(project):
         plan = planned(project)
     assert {r: n for r, n in plan.items() if r in EXPERIMENT_RULES} == {"softmax": 5}
     assert set(plan) - EXPERIMENT_RULES == {"figure_softmax_bug", "figure_bandwidth", "figure_ceiling_fraction",
-                                            "figure_fusion", "report", "all"}
+                                            "figure_fusion", "figure_softmax_widths", "report", "all"}
 
 
 def test_editing_a_plot_reruns_figures_and_report_only(project):
