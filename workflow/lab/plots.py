@@ -189,7 +189,7 @@ def softmax_widths(w, copy_gbps: float | None, device: str) -> plt.Figure:
     providers = [p for p in ("triton_fused", "torch_softmax", "triton_writeup") if p in w]
     long = w.melt(id_vars=["direction", "dtype", "n_cols"], value_vars=providers, var_name="provider",
                   value_name="GB/s").dropna()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(13.5, 4.4), sharey=True)
     for ax, direction in zip(axes, ("forward", "backward")):
         sns.lineplot(data=long[long["direction"] == direction], x="n_cols", y="GB/s", hue="provider", style="dtype",
                      marker="o", ax=ax)
@@ -200,7 +200,10 @@ def softmax_widths(w, copy_gbps: float | None, device: str) -> plt.Figure:
                     va="bottom", fontsize=8)
         ax.set(xscale="log", xlabel="n_cols (every input the same size)", ylabel="GB/s (bytes the op must move / time)",
                title=direction)
-        sns.move_legend(ax, "lower left", fontsize=7, title=None)
+        if direction == "forward":
+            ax.get_legend().remove()
+        else:
+            sns.move_legend(ax, "upper left", bbox_to_anchor=(1.01, 1), fontsize=8, title=None)
     fig.suptitle(f"softmax at every row width, median ({device})")
     fig.tight_layout()
     return fig
