@@ -200,12 +200,12 @@ def softmax_widths(w, copy_gbps: float | None, device: str) -> plt.Figure:
                     va="bottom", fontsize=8)
         ax.set(xscale="log", xlabel="n_cols (every input the same size)", ylabel="GB/s (bytes the op must move / time)",
                title=direction)
-        if direction == "forward":
-            ax.get_legend().remove()
-        else:
-            sns.move_legend(ax, "upper left", bbox_to_anchor=(1.01, 1), fontsize=8, title=None)
+    handles, labels = axes[0].get_legend_handles_labels()  # the forward panel has every provider
+    for ax in axes:
+        ax.get_legend().remove()
+    fig.legend(handles, labels, loc="center right", fontsize=8)
     fig.suptitle(f"softmax at every row width, median ({device})")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.89, 1))
     return fig
 
 
