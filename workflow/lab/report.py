@@ -164,10 +164,9 @@ def _improvements(tables: dict[str, pd.DataFrame]) -> str:
         lines.append(f"- relu+dropout, `tl.rand4x` instead of one `tl.rand` per element: the writeup's kernel takes "
                      f"{ratio.min():.2f}x..{ratio.max():.2f}x the time of the improved one ({ratio.iloc[-1]:.2f}x at "
                      f"{t.index[-1]} elements).")
-    sm = summary.median(summary.forward(tables["softmax/performance"]), "time_ms", provider="triton_writeup")
-    if not sm.empty:
-        both = summary.median(summary.forward(tables["softmax/performance"]), "time_ms")
-        t = both.pivot_table(index=["dtype", "n_cols"], columns="provider", values="value")
+    sm = summary.median(summary.forward(tables["softmax/performance"]), "time_ms")
+    if {"triton_writeup", "triton_fused"} <= set(sm["provider"]):
+        t = sm.pivot_table(index=["dtype", "n_cols"], columns="provider", values="value")
         ratio = (t["triton_writeup"] / t["triton_fused"]).dropna()
         worst, best = ratio.idxmax(), ratio.idxmin()
         lines.append(f"- softmax, several narrow rows per program and a split path for wide rows instead of one block "
