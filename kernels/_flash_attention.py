@@ -18,54 +18,49 @@ Conventions:
 """
 from __future__ import annotations
 
+import functools
 import math
-import os
 
 import torch
 
-from . import _checks, backend
+from . import _checks, _flash_tiles, backend
+from ._flash_tiles import Tile, bucket
 from ._triton import tl, triton
 
 LOG2E = 1.4426950408889634
 HEAD_DIMS = (16, 256)
-# KERNELS_AUTOTUNE=0 skips tuning and takes the first tile below that fits: each tuned variant costs a
-# compile per candidate, which correctness sweeps over many head dims cannot afford.
-AUTOTUNE = os.environ.get("KERNELS_AUTOTUNE", "1") != "0"
+
+# Candidate tiles per kernel, (BLOCK_M, BLOCK_N, warps, stages), in order of preference: the first that
+# fits is taken without tuning. BLOCK_M counts queries, BLOCK_N keys, in every kernel.
+CANDIDATES = {
+    "fwd": [(128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3), (128, 128, 8, 3), (64, 32, 4, 2), (32, 32, 4, 1)],
+    # dk/dv: a program keeps BLOCK_N keys and streams query tiles past them; dq: the other way round
+    "bwd_dkdv": [(64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
+    "bwd_dq": [(128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 128, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
+}  # from workflow/scripts/tune_flash.py on the H200: the tiles that won or came close at some shape
+SHARED_BUDGET = 180 * 1024  # of Hopper's 227 KiB per block, leaving room for what the estimate omits
 
 
-def _tuning_bench(fn, quantiles):
-    # Shorter than do_bench's 25 ms warmup / 100 ms timing: tiles that differ by less than this
-    # noise are equally good, and a sweep tunes dozens of shapes.
-    return triton.testing.do_bench(fn, warmup=10, rep=40, quantiles=quantiles)
+def fits(kind: str, tile: Tile, block_d: int, element_size: int) -> bool:
+    """Would this tile fit in shared memory? An estimate above what Triton allocates on sm_90 (the test
+    compiles every candidate to check): the rows a program keeps, plus ``stages - 1`` buffers of the two
+    tiles it streams (K and V, or Q and dO)."""
+    kept, streamed = (tile.block_n, tile.block_m) if kind == "bwd_dkdv" else (tile.block_m, tile.block_n)
+    rows = (1 if kind == "fwd" else 2) * kept + max(1, tile.stages - 1) * 2 * streamed
+    return rows * block_d * element_size <= SHARED_BUDGET
 
 
-def tiles(kind: str, interpreter: bool) -> list[triton.Config]:
-    """Candidate tiles (BLOCK_M, BLOCK_N, warps, stages) for 'fwd' or 'bwd', in order of preference."""
+def candidates(kind: str, block_d: int, element_size: int, interpreter: bool) -> list[Tile]:
+    """The tiles kernel ``kind`` may run with at this head dim and precision, in order of preference."""
     if interpreter:  # one small tile: the interpreter's cost is per program
-        return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
-    if kind == "fwd":
-        shapes = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4), (64, 64, 4, 3), (64, 32, 4, 2), (32, 32, 4, 1)]
-    else:
-        shapes = [(64, 64, 4, 2), (64, 128, 8, 2), (128, 64, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)]
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in shapes]
+        return [Tile(32, 32, 4, 1)]
+    tiles = [Tile(*t) for t in CANDIDATES[kind]]
+    return [t for t in tiles if fits(kind, t, block_d, element_size)] or tiles[-1:]
 
 
-def fits(config: triton.Config, block_d: int, element_size: int) -> bool:
-    """Would this tile's pipelined loads fit in Hopper's 227 KiB of shared memory? A conservative
-    estimate: the Q tile plus num_stages K and V tiles."""
-    rows = config.kwargs["BLOCK_M"] + config.num_stages * 2 * config.kwargs["BLOCK_N"]
-    return rows * block_d * element_size <= 180 * 1024
-
-
-def _prune(configs, named_args, **kwargs):
-    fit = [c for c in configs if fits(c, kwargs["BLOCK_D"], named_args["q_ptr"].element_size())] or configs[-1:]
-    return fit if AUTOTUNE else fit[:1]
-
-
-def _autotune(kind: str):
-    return triton.autotune(configs=tiles(kind, backend.current() == "interpreter"),
-                           key=["seq_q", "seq_k", "BLOCK_D", "CAUSAL"], prune_configs_by={"early_config_prune": _prune},
-                           do_bench=_tuning_bench)
+# Sequence lengths are not specialized on (Triton would otherwise compile again when a length's
+# divisibility by 16 changes): any length reuses the compiled kernel.
+_jit = triton.jit(do_not_specialize=["seq_q", "seq_k"])
 
 
 @triton.jit
@@ -99,7 +94,7 @@ def _fwd_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, lo, hi, o
     return acc, l_i, m_i
 
 
-@triton.jit
+@_jit
 def _flash_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
@@ -107,9 +102,10 @@ def _flash_fwd_kernel(
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
     n_heads, seq_q, seq_k, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
+    # STORE_LSE=False: no backward will follow (inference), so the log-sum-exp is not written.
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b = (bh // n_heads).to(tl.int64)
@@ -149,13 +145,14 @@ def _flash_fwd_kernel(
 
     empty = l_i == 0.0  # rows that see no key (causal, seq_q > seq_k): output 0, lse +inf -> p = 0 in backward
     acc = acc / tl.where(empty, 1.0, l_i)[:, None]
-    lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
-    tl.store(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, lse, mask=row_mask)
+    if STORE_LSE:
+        lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
+        tl.store(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, lse, mask=row_mask)
     o_ptrs = o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
     tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
 
 
-@triton.jit
+@_jit
 def _bwd_delta_kernel(o_ptr, do_ptr, delta_ptr,
                       stride_ob, stride_oh, stride_om, stride_od,
                       stride_dob, stride_doh, stride_dom, stride_dod,
@@ -177,7 +174,7 @@ def _bwd_delta_kernel(o_ptr, do_ptr, delta_ptr,
     tl.store(delta_ptr + bh.to(tl.int64) * seq_q + offs_m, delta, mask=offs_m < seq_q)
 
 
-@triton.jit
+@_jit
 def _flash_bwd_dkdv_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
@@ -235,7 +232,7 @@ def _flash_bwd_dkdv_kernel(
              dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
 
 
-@triton.jit
+@_jit
 def _flash_bwd_dq_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
@@ -289,52 +286,95 @@ def _flash_bwd_dq_kernel(
              dq.to(dq_ptr.dtype.element_ty), mask=q_mask)
 
 
-_fwd = _autotune("fwd")(_flash_fwd_kernel)
-_bwd_dkdv = _autotune("bwd")(_flash_bwd_dkdv_kernel)
-_bwd_dq = _autotune("bwd")(_flash_bwd_dq_kernel)
+_last: dict[str, Tile] = {}  # kernel -> the tile it last ran with, for the performance tables
 
 
 def tiles_in_use() -> dict[str, str]:
-    """The tile each kernel last ran with (autotuned or first fitting), as BLOCK_MxBLOCK_N/warps/stages."""
-    def describe(kernel) -> str:
-        c = getattr(kernel, "best_config", None)
-        return f"{c.kwargs['BLOCK_M']}x{c.kwargs['BLOCK_N']}/w{c.num_warps}/s{c.num_stages}" if c else ""
+    """The tile each kernel last ran with (tuned, cached, pinned or first fitting), as 'BMxBN/wW/sS'."""
+    return {kind: str(_last[kind]) if kind in _last else "" for kind in CANDIDATES}
 
-    return {"fwd": describe(_fwd), "bwd_dkdv": describe(_bwd_dkdv), "bwd_dq": describe(_bwd_dq)}
+
+@functools.lru_cache(maxsize=None)
+def _candidates(kind: str, block_d: int, dtype: torch.dtype) -> list[Tile]:
+    return candidates(kind, block_d, dtype.itemsize, backend.current() == "interpreter")
+
+
+def _tile(kind: str, q, seq_q: int, seq_k: int, block_d: int, causal: bool, run) -> Tile:
+    key = (kind, q.dtype, block_d, causal, bucket(seq_q), bucket(seq_k))
+    tile = _last[kind] = _flash_tiles.choose(key, _candidates(kind, block_d, q.dtype), run)
+    return tile
 
 
 def _block_d(head_dim: int) -> int:
-    return max(16, triton.next_power_of_2(head_dim))
+    return max(16, 1 << (head_dim - 1).bit_length())
 
 
-def _forward(q, k, v, causal: bool, sm_scale: float):
+def _cdiv(a: int, b: int) -> int:  # plain ints: triton.cdiv is a constexpr function, ~5 us per host call
+    return -(-a // b)
+
+
+# Launching through kernel[grid](...) costs ~25 us of host time per call on the H200 host (Triton binds
+# and specializes every argument again), more than the whole attention at short lengths. A call whose
+# arguments Triton would specialize the same way as an earlier one reuses that call's compiled kernel
+# and launches it directly: same device, tile, dtypes and integer arguments (strides, lengths: their
+# values decide Triton's specialization), and every pointer 16-byte aligned.
+_compiled: dict[tuple, tuple] = {}
+
+
+def _launch(kernel, grid: tuple[int, int], tensors: tuple, numbers: tuple, consts: dict, tile: Tile | None = None):
+    """kernel[grid](*tensors, *numbers, **consts, **tile.kwargs)."""
+    key = None
+    if backend.current() == "gpu" and all(t.data_ptr() % 16 == 0 for t in tensors):
+        device = torch.cuda.current_device()
+        key = (kernel, tile, device, *(t.dtype for t in tensors), *consts.values(), *numbers)
+        hit = _compiled.get(key)
+        if hit is not None:
+            compiled, const_values = hit
+            compiled[(*grid, 1)](*tensors, *numbers, *const_values, stream=torch._C._cuda_getCurrentRawStream(device))
+            return
+    merged = {**consts, **tile.kwargs} if tile else consts
+    compiled = kernel[grid](*tensors, *numbers, **merged)
+    if key is not None and compiled is not None:  # positional constexprs in the kernel's own order
+        _compiled[key] = (compiled, tuple(merged[n] for n in kernel.arg_names[len(tensors) + len(numbers):]))
+
+
+def _forward(q, k, v, causal: bool, sm_scale: float, store_lse: bool = True):
     batch, heads, seq_q, head_dim = q.shape
-    seq_k = k.shape[2]
-    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous whatever q's strides
-    lse = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
-    _fwd[lambda meta: (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * heads)](
-        q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-        heads, seq_q, seq_k, sm_scale * LOG2E, HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim), CAUSAL=causal)
+    seq_k, block_d = k.shape[2], _block_d(head_dim)
+    o = q.new_empty(q.shape)  # contiguous whatever q's strides
+    lse = q.new_empty((batch, heads, seq_q), dtype=torch.float32) if store_lse else o  # o: never written
+    tensors = (q, k, v, o, lse)
+    numbers = (*q.stride(), *k.stride(), *v.stride(), *o.stride(), heads, seq_q, seq_k, sm_scale * LOG2E)
+    consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal, STORE_LSE=store_lse)
+
+    def run(tile: Tile):
+        _launch(_flash_fwd_kernel, (_cdiv(seq_q, tile.block_m), batch * heads), tensors, numbers, consts, tile)
+
+    run(_tile("fwd", q, seq_q, seq_k, block_d, causal, run))
     return o, lse
 
 
 def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float):
     batch, heads, seq_q, head_dim = q.shape
-    seq_k = k.shape[2]
-    block_d = _block_d(head_dim)
+    seq_k, block_d = k.shape[2], _block_d(head_dim)
     delta = torch.empty_like(lse)
-    _bwd_delta_kernel[(triton.cdiv(seq_q, 64), batch * heads)](
-        o, do, delta, *o.stride(), *do.stride(), heads, seq_q,
-        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=64)
-    common = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal)
+    _launch(_bwd_delta_kernel, (_cdiv(seq_q, 64), batch * heads), (o, do, delta),
+            (*o.stride(), *do.stride(), heads, seq_q), dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=64))
     # dk/dv take the strides of k/v and dq those of q, so the outputs must share them.
     dk, dv, dq = (torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device) for t in (k, v, q))
-    _bwd_dkdv[lambda meta: (triton.cdiv(seq_k, meta["BLOCK_N"]), batch * heads)](
-        q, k, v, do, lse, delta, dk, dv, *q.stride(), *k.stride(), *v.stride(), *do.stride(),
-        heads, seq_q, seq_k, sm_scale, sm_scale * LOG2E, **common)
-    _bwd_dq[lambda meta: (triton.cdiv(seq_q, meta["BLOCK_M"]), batch * heads)](
-        q, k, v, do, lse, delta, dq, *q.stride(), *k.stride(), *v.stride(), *do.stride(),
-        heads, seq_q, seq_k, sm_scale, sm_scale * LOG2E, **common)
+    numbers = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), heads, seq_q, seq_k, sm_scale, sm_scale * LOG2E)
+    consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal)
+
+    def run_dkdv(tile: Tile):
+        _launch(_flash_bwd_dkdv_kernel, (_cdiv(seq_k, tile.block_n), batch * heads),
+                (q, k, v, do, lse, delta, dk, dv), numbers, consts, tile)
+
+    def run_dq(tile: Tile):
+        _launch(_flash_bwd_dq_kernel, (_cdiv(seq_q, tile.block_m), batch * heads),
+                (q, k, v, do, lse, delta, dq), numbers, consts, tile)
+
+    run_dkdv(_tile("bwd_dkdv", q, seq_q, seq_k, block_d, causal, run_dkdv))
+    run_dq(_tile("bwd_dq", q, seq_q, seq_k, block_d, causal, run_dq))
     return dq, dk, dv
 
 
@@ -351,6 +391,46 @@ class _FlashAttention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
         return dq, dk, dv, None, None
+
+
+# The same computation as custom ops, for torch.compile: the compiler sees an opaque call with known
+# output shapes (the fake kernels below) and a registered backward, instead of tracing into Triton code.
+@torch.library.custom_op("kernels::flash_attention_forward", mutates_args=(),
+                         schema="(Tensor q, Tensor k, Tensor v, bool causal, float sm_scale) -> (Tensor, Tensor)")
+def _forward_op(q, k, v, causal, sm_scale):
+    return _forward(q, k, v, causal, sm_scale)
+
+
+@_forward_op.register_fake
+def _(q, k, v, causal, sm_scale):
+    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+@torch.library.custom_op("kernels::flash_attention_backward", mutates_args=(), schema=(
+    "(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, float sm_scale) "
+    "-> (Tensor, Tensor, Tensor)"))
+def _backward_op(do, q, k, v, o, lse, causal, sm_scale):
+    return _backward(do, q, k, v, o, lse, causal, sm_scale)
+
+
+@_backward_op.register_fake
+def _(do, q, k, v, o, lse, causal, sm_scale):
+    return tuple(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device) for t in (q, k, v))
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, sm_scale = inputs
+    ctx.save_for_backward(q, k, v, *output)
+    ctx.causal, ctx.sm_scale = causal, sm_scale
+
+
+def _backward_of_op(ctx, do, _dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = _backward_op(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
+    return dq, dk, dv, None, None
+
+
+_forward_op.register_autograd(_backward_of_op, setup_context=_setup_context)
 
 
 def _check(q, k, v, sm_scale):
@@ -374,12 +454,42 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     causal: bool = False, sm_scale: float | None = None) -> torch.Tensor:
     """softmax(sm_scale * q k^T [+ causal mask]) v for (batch, heads, seq, head_dim) tensors.
 
-    Differentiable: the backward runs in Triton from the stored log-sum-exp.
-    sm_scale defaults to 1/sqrt(head_dim). See the module docstring for the causal convention.
+    Differentiable: the backward runs in Triton from the stored log-sum-exp. Works inside
+    torch.compile (fullgraph too) and CUDA graph capture. sm_scale defaults to 1/sqrt(head_dim); see
+    the module docstring for the causal convention. Tiles are chosen per shape bucket (kernels/_flash_tiles.py):
+    ``flash_attention.tune(q, k, v, causal)`` tunes ahead of time, ``flash_attention.pin(fwd="128x64/w8/s3")``
+    fixes a tile.
     """
     _check(q, k, v, sm_scale)
+    causal = _checks.flag(causal, "causal")
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    return _FlashAttention.apply(q, k, v, _checks.flag(causal, "causal"), sm_scale)
+    if torch.compiler.is_compiling():
+        return _forward_op(q, k, v, causal, sm_scale)[0]
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _FlashAttention.apply(q, k, v, causal, sm_scale)
+    return _forward(q, k, v, causal, sm_scale, store_lse=False)[0]  # no gradient wanted: no autograd, no lse
+
+
+def tune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, backward: bool = True) -> dict[str, str]:
+    """Choose the tiles for the bucket of these shapes now (tuning if no process has yet), outside any
+    training step or CUDA graph capture; the choice is cached in memory and in ``KERNELS_TILE_CACHE``.
+    Returns the tile of each kernel, as tiles_in_use() does."""
+    q, k, v = (t.detach().requires_grad_(backward) for t in (q, k, v))
+    with torch.enable_grad():
+        out = flash_attention(q, k, v, causal=causal)
+        if backward:
+            out.backward(torch.ones_like(out))
+    return tiles_in_use() if backward else {"fwd": tiles_in_use()["fwd"]}
+
+
+def pin(**tiles: str | None) -> None:
+    """Run the named kernels (fwd, bwd_dkdv, bwd_dq) with these tiles ('128x64/w8/s3': BLOCK_M x BLOCK_N
+    / warps / stages) in every bucket, never tuning them; None unpins one, ``pin()`` unpins all."""
+    _flash_tiles.pin(tuple(CANDIDATES), **tiles)
+
+
+flash_attention.tune = tune
+flash_attention.pin = pin
 
 
 def causal_mask(seq_q: int, seq_k: int, device=None) -> torch.Tensor:

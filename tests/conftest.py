@@ -1,9 +1,15 @@
 """Tests run wherever they are started: in Triton's interpreter on a CPU machine (CI), compiled on a GPU.
 Tolerances sit beside the dtypes they belong to."""
+import os
+
 import pytest
 import torch
 
-import kernels
+# Correctness tests run each kernel with its first fitting tile: tuning every shape bucket would compile
+# every candidate tile for every head dim. The tests of tuning itself turn it back on.
+os.environ.setdefault("KERNELS_AUTOTUNE", "0")
+
+import kernels  # noqa: E402
 
 DEVICE = kernels.backend.device()
 ON_GPU = kernels.backend.current() == "gpu"

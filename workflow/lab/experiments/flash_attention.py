@@ -2,10 +2,15 @@
 writeup's wall, memory that grows O(N), and speed against SDPA's backends."""
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
+import time
+
 import torch
 import torch.nn.functional as F
 
-from ..measure import BF16_IN_INTERPRETER, bench, is_gpu, lengths, randn, runnable, sdpa_backend_of, timing_rows
+from ..measure import BF16_IN_INTERPRETER, QUANTILES, bench, is_gpu, lengths, randn, runnable, sdpa_backend_of, timing_rows
 from ..table import needs_gpu, row
 from ..verify import attention_eps, flash_errors, max_abs_diff, within_fa_rule
 from . import experiment
@@ -110,10 +115,38 @@ FWD_BWD = 3.5
 SDPA_BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION"}
 
 
+@contextlib.contextmanager
+def _fresh_tiles():
+    """Tile choices made in this run only: an empty tile cache, removed afterwards."""
+    from kernels import _flash_tiles
+
+    with tempfile.TemporaryDirectory() as tmp:
+        before = os.environ.get(_flash_tiles.CACHE_ENV)
+        os.environ[_flash_tiles.CACHE_ENV] = os.path.join(tmp, "tiles.json")
+        _flash_tiles.forget()
+        try:
+            yield _flash_tiles
+        finally:
+            _flash_tiles.forget()
+            if before is None:
+                del os.environ[_flash_tiles.CACHE_ENV]
+            else:
+                os.environ[_flash_tiles.CACHE_ENV] = before
+
+
 @experiment(timing=True)
 def performance(s: dict) -> list[dict]:
+    """Throughput against SDPA's backends (the tiles tuned afresh in this run, every candidate's tuning
+    time recorded), the per-call host cost, and the cost of a call at a length not seen before."""
     if not is_gpu():
         return [needs_gpu("timing flash_attention")]
+    with _fresh_tiles() as choices:
+        rows = _throughput(s, choices) + _launch_floor(s)
+    with _fresh_tiles():
+        return rows + _first_call(s)
+
+
+def _throughput(s: dict, choices) -> list[dict]:
     from kernels import flash_attention, tiles_in_use
 
     rows, h = [], s["heads"]
@@ -143,12 +176,23 @@ def performance(s: dict) -> list[dict]:
                             tiles = {k: v for k, v in tiles.items() if k == "fwd"}
                         rows += timing_rows(times, tflop, "TFLOP", variant=mode, **params,
                                             **{f"tile_{k}": v for k, v in tiles.items()})
-    return rows + _launch_floor(s)
+    return rows + _tuning_rows(choices.timings)
+
+
+def _tuning_rows(timings: dict) -> list[dict]:
+    """What each candidate tile measured while its bucket was tuned (median ms, CUDA-graph replay)."""
+    rows = []
+    for (kind, dtype, block_d, causal, bucket_q, bucket_k), per_tile in timings.items():
+        for tile, ms in per_tile.items():
+            rows.append(row("tuning_ms", ms, "ms", provider="triton_flash", variant=kind, tile=tile, causal=causal,
+                            block_d=block_d, bucket_q=bucket_q, bucket_k=bucket_k, dtype=str(dtype).split(".")[-1]))
+    return rows
 
 
 def _launch_floor(s: dict) -> list[dict]:
-    """Time per call on a problem too small to keep the GPU busy: the per-call host overhead
-    (argument checks, autograd, autotuner lookup, launch) that bounds short sequences."""
+    """Time per call on a problem too small to keep the GPU busy: the per-call host cost (argument
+    checks, autograd, tile lookup, launch) that bounds short sequences. Calls run back to back, with no
+    cache flush between them (a flush would hide the host's time behind the GPU's)."""
     from kernels import flash_attention
 
     q, k, v = _qkv(1, 1, 16, 16, 64, s["dtype"], s["seed"])
@@ -158,7 +202,56 @@ def _launch_floor(s: dict) -> list[dict]:
     with torch.no_grad():
         for provider, fn in providers.items():
             which = {"sdpa_backend": sdpa_backend_of(fn)} if provider.startswith("sdpa") else {}
-            for quantile, ms in bench(fn, **s["bench"]).items():
+            for quantile, ms in _per_call_ms(fn).items():
                 rows.append(row("time_ms", ms, "ms", variant="launch_floor", provider=provider, quantile=quantile,
                                 batch=1, heads=1, seq=16, d=64, dtype=s["dtype"], **which))
+    return rows
+
+
+def _per_call_ms(fn, calls: int = 200, repeats: int = 25) -> dict[float, float]:
+    """Milliseconds per call of ``calls`` back-to-back calls between two CUDA events, at each of QUANTILES
+    over ``repeats`` such runs."""
+    for _ in range(calls):
+        fn()
+    runs = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        runs.append(start.elapsed_time(end) / calls)
+    return dict(zip(QUANTILES, torch.tensor(runs).quantile(torch.tensor(QUANTILES, dtype=torch.float32)).tolist()))
+
+
+def _first_call(s: dict) -> list[dict]:
+    """What a call at a length not seen before costs (B=1, H=1, D=64, forward): the time to its result
+    when its bucket must be tuned first, and when another length already tuned the bucket; and the peak
+    memory of the first (tuning) call against a later one."""
+    from kernels import flash_attention
+
+    c, d, rows = s["first_call"], 64, []
+    params = dict(provider="triton_flash", batch=1, heads=1, d=d, dtype=s["dtype"])
+
+    def qkv(n):
+        return [randn([1, 1, n, d], s["dtype"], s["seed"] + i) for i in range(3)]
+
+    for variant, n in (("untuned_bucket", c["tuned_length"]), ("tuned_bucket", c["new_length"])):
+        q, k, v = qkv(n)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        flash_attention(q, k, v)
+        torch.cuda.synchronize()
+        rows.append(row("first_call_ms", (time.perf_counter() - start) * 1e3, "ms", variant=variant, seq=n,
+                        bucket_tuned_at=c["tuned_length"], **params))
+    q, k, v = qkv(c["memory_length"])
+    for variant in ("first_call", "later_call"):
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        flash_attention(q, k, v)
+        torch.cuda.synchronize()
+        rows.append(row("peak_extra_memory", torch.cuda.max_memory_allocated() - before, "bytes", variant=variant,
+                        seq=c["memory_length"], **params))
     return rows

@@ -1,0 +1,152 @@
+"""Which tile each FlashAttention kernel runs with: chosen once per shape bucket, remembered across processes.
+
+A bucket is (kernel, dtype, padded head dim, causal, and each sequence length rounded up to a power of
+two), so a training run whose lengths vary tunes once per bucket, not once per length. A choice is
+looked up in this order:
+
+1. a tile pinned by the user (``pin``): never tune;
+2. this process's earlier choice for the bucket (a dict lookup: the per-call fast path);
+3. the file ``KERNELS_TILE_CACHE`` names (default ``~/.cache/kernels-lab/flash_tiles.json``), written by
+   earlier processes on the same GPU model and Triton version;
+4. tuning: each candidate runs on the caller's own tensors and is timed with CUDA graphs, so tuning
+   allocates nothing beyond the problem's working set (``triton.testing.do_bench`` flushes L2 with a
+   256 MiB buffer).
+
+Tuning is skipped, and the first candidate taken, when ``KERNELS_AUTOTUNE=0``, when only one candidate
+fits, or while a CUDA graph is being captured (a capture cannot time anything).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ._triton import triton
+
+CACHE_ENV = "KERNELS_TILE_CACHE"
+AUTOTUNE_ENV = "KERNELS_AUTOTUNE"
+_FORMAT = re.compile(r"(\d+)x(\d+)/w(\d+)/s(\d+)")
+
+
+@dataclass(frozen=True)
+class Tile:
+    block_m: int
+    block_n: int
+    warps: int
+    stages: int
+    kwargs: dict = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self):  # the launch's keyword arguments, built once: this is on every call's path
+        object.__setattr__(self, "kwargs", dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n,
+                                                num_warps=self.warps, num_stages=self.stages))
+
+    def __str__(self) -> str:
+        return f"{self.block_m}x{self.block_n}/w{self.warps}/s{self.stages}"
+
+    @classmethod
+    def parse(cls, text: str, name: str = "tile") -> Tile:
+        """'128x64/w8/s3' -> Tile(128, 64, 8, 3): BLOCK_M x BLOCK_N / warps / pipeline stages."""
+        match = _FORMAT.fullmatch(text) if isinstance(text, str) else None
+        if not match:
+            raise ValueError(f"{name} must look like '128x64/w8/s3' (BLOCK_M x BLOCK_N / warps / stages), got {text!r}")
+        tile = cls(*map(int, match.groups()))
+        for label, value in (("BLOCK_M", tile.block_m), ("BLOCK_N", tile.block_n), ("warps", tile.warps)):
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"{name}: {label} must be a power of two, got {value}")
+        if tile.block_m < 16 or tile.block_n < 16 or tile.stages < 1:
+            raise ValueError(f"{name}: BLOCK_M and BLOCK_N must be >= 16 and stages >= 1, got {text!r}")
+        return tile
+
+
+def bucket(n: int) -> int:
+    """The power of two at or above n (at least 16): lengths that share it share a tile."""
+    return max(16, 1 << (n - 1).bit_length())
+
+
+def autotune() -> bool:
+    return os.environ.get(AUTOTUNE_ENV, "1") != "0"
+
+
+def cache_path() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "kernels-lab" / "flash_tiles.json")
+
+
+_chosen: dict[tuple, Tile] = {}
+_pinned: dict[str, Tile] = {}
+timings: dict[tuple, dict[str, float]] = {}  # bucket -> {tile: median ms} of every tuning this process ran
+
+
+def pin(kinds, **tiles: str | None) -> None:
+    """Run each named kernel with this tile from now on, in every bucket; None unpins it, and no
+    argument at all unpins every kernel. ``kinds`` are the kernel names that may be pinned."""
+    if not tiles:
+        _pinned.clear()
+    for kind, text in tiles.items():
+        if kind not in kinds:
+            raise ValueError(f"no FlashAttention kernel {kind!r} to pin; the kernels are {', '.join(kinds)}")
+        if text is None:
+            _pinned.pop(kind, None)
+        else:
+            _pinned[kind] = Tile.parse(text, kind)
+
+
+def forget() -> None:
+    """Drop this process's choices, pins and tuning times (the cache file stays): the next call looks up
+    or tunes again."""
+    _chosen.clear()
+    _pinned.clear()
+    timings.clear()
+
+
+def _file_key() -> str:
+    return f"{torch.cuda.get_device_name()} | triton {triton.__version__}"
+
+
+def _read() -> dict:
+    try:
+        return json.loads(cache_path().read_text())
+    except (FileNotFoundError, json.JSONDecodeError):  # no cache yet, or one cut short: tune again
+        return {}
+
+
+def _write(key: tuple, tile: Tile) -> None:
+    """Add one choice to the cache file, atomically (another process may be writing it too)."""
+    path = cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = _read()
+    data.setdefault(_file_key(), {})["|".join(map(str, key))] = str(tile)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def choose(key: tuple, candidates: list[Tile], run) -> Tile:
+    """The tile for bucket ``key`` (its first item names the kernel); ``run(tile)`` launches it once."""
+    tile = _pinned.get(key[0]) or _chosen.get(key)
+    if tile is not None:
+        return tile
+    if not autotune() or len(candidates) == 1:
+        tile = _chosen[key] = candidates[0]
+        return tile
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        return candidates[0]  # not remembered: a later call outside the capture still tunes
+    stored = _read().get(_file_key(), {}).get("|".join(map(str, key)))
+    if stored is not None and Tile.parse(stored) in candidates:
+        tile = _chosen[key] = Tile.parse(stored)
+        return tile
+    timings[key] = {}
+    for candidate in candidates:
+        try:
+            ms = triton.testing.do_bench_cudagraph(lambda: run(candidate), rep=10, return_mode="median")
+        except triton.runtime.errors.OutOfResources:  # more shared memory or registers than this GPU has
+            continue
+        timings[key][str(candidate)] = ms
+    if not timings[key]:
+        raise RuntimeError(f"no FlashAttention tile fits this GPU for {key}; tried {', '.join(map(str, candidates))}")
+    tile = _chosen[key] = Tile.parse(min(timings[key], key=timings[key].get))
+    _write(key, tile)
+    return tile

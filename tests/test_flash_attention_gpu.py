@@ -1,0 +1,136 @@
+"""FlashAttention where a real model uses it, on the GPU only: compiled by Inductor, replayed from a CUDA
+graph, and tuned per bucket without compiling or tuning again at a new length."""
+import pytest
+import torch
+
+from conftest import ON_GPU
+from kernels import _flash_attention as fa
+from kernels import _flash_tiles as ft
+from kernels import flash_attention
+
+pytestmark = pytest.mark.skipif(not ON_GPU, reason="needs a GPU (Inductor, CUDA graphs, tuning)")
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(ft.CACHE_ENV, str(tmp_path / "tiles.json"))
+    monkeypatch.setenv(ft.AUTOTUNE_ENV, "1")
+    ft.forget()
+    yield
+    ft.forget()
+
+
+def qkv(b=2, h=4, s=1000, d=64, dtype=torch.bfloat16, grad=True):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    return [torch.randn(b, h, s, d, generator=g, device="cuda").to(dtype).requires_grad_(grad) for _ in range(3)]
+
+
+def grads(fn, q, k, v, do):
+    out = fn(q, k, v)
+    return (out.detach(), *torch.autograd.grad(out, (q, k, v), do))  # detached: no autograd graph kept alive
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_inductor_fullgraph_matches_eager(causal):
+    q, k, v = qkv()
+    do = torch.randn_like(q)
+
+    def layer(q, k, v):  # attention between two pointwise ops Inductor fuses around the custom op
+        return flash_attention(q * 0.5, k, v, causal=causal).float().relu()
+
+    compiled = torch.compile(layer, fullgraph=True)
+    for got, want in zip(grads(compiled, q, k, v, do.float()), grads(layer, q, k, v, do.float())):
+        torch.testing.assert_close(got, want)  # bf16 tolerances: Inductor may round the pointwise ops differently
+
+
+def test_cuda_graph_replay_matches_eager():
+    q, k, v = qkv(grad=False)
+    want = flash_attention(q, k, v, causal=True)  # tunes outside the capture
+    static = [t.clone() for t in (q, k, v)]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = flash_attention(*static, causal=True)
+    for t in static:
+        t.zero_()
+    graph.replay()
+    assert out.abs().sum() == 0  # replay read the zeroed inputs: the graph holds the kernel, not a result
+    for t, src in zip(static, (q, k, v)):
+        t.copy_(src)
+    graph.replay()
+    torch.testing.assert_close(out, want, atol=0, rtol=0)
+
+
+def test_graphed_forward_and_backward_match_eager():
+    q, k, v = qkv(s=512)
+    do = torch.randn_like(q)
+    fn = lambda q, k, v: flash_attention(q, k, v, causal=True)  # noqa: E731
+    want = grads(fn, q, k, v, do)
+    graphed = torch.cuda.make_graphed_callables(fn, (q, k, v))
+    for got, w in zip(grads(graphed, q, k, v, do), want):
+        torch.testing.assert_close(got, w, atol=0, rtol=0)
+
+
+def test_capture_of_an_untuned_bucket_runs_the_first_fitting_tile():
+    q, k, v = qkv(grad=False, s=3000)
+    first = fa.candidates("fwd", 64, 2, interpreter=False)[0]
+    flash_attention.pin(fwd=str(first))
+    flash_attention(q, k, v)  # compiled outside the capture (as any kernel must be), not tuned
+    ft.forget()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = flash_attention(q, k, v)
+    graph.replay()
+    assert fa.tiles_in_use()["fwd"] == str(first)
+    torch.testing.assert_close(out.float(), fa.flash_attention_ref(q, k, v), atol=2e-2, rtol=0)
+    assert not ft.timings  # nothing was timed inside the capture
+
+
+def test_a_new_length_in_a_tuned_bucket_neither_tunes_nor_compiles():
+    fa.tune(*qkv(s=3000))
+    tuned, compiled = dict(ft.timings), {k: len(c[0]) for k, c in
+                                         ((n, getattr(fa, n).device_caches[0]) for n in
+                                          ("_flash_fwd_kernel", "_flash_bwd_dkdv_kernel", "_flash_bwd_dq_kernel"))}
+    for s in (3001, 2049, 4095):
+        q, k, v = qkv(s=s)
+        out = flash_attention(q, k, v)
+        out.backward(torch.ones_like(out))  # as tune() does: the same strides, so the same compiled kernels
+    assert ft.timings == tuned
+    assert {n: len(getattr(fa, n).device_caches[0][0]) for n in compiled} == compiled
+
+
+def peak_extra(fn) -> int:
+    """Peak bytes allocated while fn runs, beyond what was allocated before."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+def test_tuning_allocates_no_scratch_beyond_the_problem():
+    q, k, v = qkv(b=1, h=1, s=65537, d=64, grad=False)
+    first = peak_extra(lambda: flash_attention(q, k, v))  # tunes this bucket
+    assert ft.timings
+    later = peak_extra(lambda: flash_attention(q, k, v))
+    assert later >= q.numel() * q.element_size()  # the output, at least
+    assert first < 2 * later, (first, later)
+
+
+def test_direct_launch_gives_what_triton_launch_gives():
+    """The second call of a shape launches the compiled kernel directly (fa._compiled); a misaligned
+    input never does. Both must give the first call's bits, forward and backward."""
+    q, k, v = qkv(s=333)
+    do = torch.randn_like(q)
+    first = grads(lambda *t: flash_attention(*t, causal=True), q, k, v, do)
+    entries = len(fa._compiled)
+    second = grads(lambda *t: flash_attention(*t, causal=True), q, k, v, do)
+    assert len(fa._compiled) == entries >= 4  # forward, delta, dk/dv, dq: all reused, none added
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+    shifted = [torch.empty(t.numel() + 1, device="cuda", dtype=t.dtype)[1:].view(t.shape).copy_(t).requires_grad_()
+               for t in (q, k, v)]
+    assert shifted[0].data_ptr() % 16
+    for a, b in zip(first, grads(lambda *t: flash_attention(*t, causal=True), *shifted, do)):
+        assert torch.equal(a, b)
+    assert len(fa._compiled) == entries

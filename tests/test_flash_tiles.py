@@ -1,0 +1,141 @@
+"""How FlashAttention chooses its tiles: per shape bucket, pinned, untuned, or from the cache file; and
+flash_attention inside torch.compile. Runs anywhere (interpreter on a CPU)."""
+import json
+
+import pytest
+import torch
+
+from conftest import ON_GPU, randn
+from kernels import _flash_tiles as ft
+from kernels import flash_attention, flash_attention_ref, tiles_in_use
+from kernels._flash_tiles import Tile
+
+
+@pytest.fixture(autouse=True)
+def fresh_choices(tmp_path, monkeypatch):
+    """Each test starts with no choice made, no pin, and its own empty cache file."""
+    monkeypatch.setenv(ft.CACHE_ENV, str(tmp_path / "tiles.json"))
+    monkeypatch.setenv(ft.AUTOTUNE_ENV, "1")
+    ft.forget()
+    yield
+    ft.forget()
+
+
+def qkv(sq=37, sk=70, d=32, dtype=torch.float32, grad=False):
+    return [randn(1, 2, s, d, dtype=dtype, seed=i).requires_grad_(grad) for i, s in enumerate((sq, sk, sk))]
+
+
+def test_tile_text_round_trips():
+    assert Tile.parse("128x64/w8/s3") == Tile(128, 64, 8, 3)
+    assert str(Tile(64, 32, 4, 2)) == "64x32/w4/s2"
+    assert Tile(128, 64, 8, 3).kwargs == dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+
+
+@pytest.mark.parametrize("text, words", [("128x64", "look like"), ("128x64/w8/s3 ", "look like"), (128, "look like"),
+                                         ("96x64/w8/s3", "power of two"), ("128x64/w6/s3", "power of two"),
+                                         ("8x64/w4/s3", ">= 16"), ("64x64/w4/s0", ">= 16")])
+def test_bad_tile_text_is_refused(text, words):
+    with pytest.raises(ValueError, match=words):
+        Tile.parse(text, "fwd")
+
+
+def test_lengths_share_a_bucket_up_to_the_next_power_of_two():
+    assert [ft.bucket(n) for n in (1, 16, 17, 3000, 3001, 4096, 4097)] == [16, 16, 32, 4096, 4096, 4096, 8192]
+
+
+def test_pinned_tile_runs_in_every_bucket_and_unpins():
+    q, k, v = qkv()
+    flash_attention.pin(fwd="16x16/w4/s1")
+    out = flash_attention(q, k, v, causal=True)
+    assert tiles_in_use()["fwd"] == "16x16/w4/s1"
+    torch.testing.assert_close(out, flash_attention_ref(q, k, v, causal=True), atol=5e-3 if ON_GPU else 1e-4, rtol=0)
+    flash_attention(*qkv(sq=300, sk=5), causal=True)  # another bucket: still pinned
+    assert tiles_in_use()["fwd"] == "16x16/w4/s1"
+    flash_attention.pin(fwd=None)
+    flash_attention(q, k, v)
+    assert tiles_in_use()["fwd"] != "16x16/w4/s1"
+
+
+def test_pinned_backward_tiles_give_the_same_gradients():
+    q, k, v = qkv(grad=True)
+    do = randn(*q.shape, seed=5)
+    expected = torch.autograd.grad(flash_attention(q, k, v, causal=True), (q, k, v), do)
+    flash_attention.pin(bwd_dkdv="16x64/w4/s1", bwd_dq="64x16/w4/s1")
+    got = torch.autograd.grad(flash_attention(q, k, v, causal=True), (q, k, v), do)
+    assert tiles_in_use()["bwd_dkdv"] == "16x64/w4/s1" and tiles_in_use()["bwd_dq"] == "64x16/w4/s1"
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, atol=5e-3 if ON_GPU else 1e-4, rtol=0)  # TF32 on the GPU
+
+
+@pytest.mark.parametrize("kwargs, err, words", [(dict(bwd="64x64/w4/s2"), ValueError, "bwd_dkdv"),
+                                                (dict(fwd="big"), ValueError, "fwd")])
+def test_bad_pin_is_refused(kwargs, err, words):
+    with pytest.raises(err, match=words):
+        flash_attention.pin(**kwargs)
+
+
+CANDIDATES = [Tile(128, 64, 8, 3), Tile(64, 64, 4, 3), Tile(32, 32, 4, 1)]
+KEY = ("fwd", torch.float16, 64, False, 4096, 4096)
+
+
+@pytest.fixture
+def gpu_free(monkeypatch):
+    """choose()'s tuning path with the GPU parts replaced: a fixed device name, and a timer that reads
+    each tile's time from a table, counting calls."""
+    monkeypatch.setattr(ft, "_file_key", lambda: "a GPU | triton x")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    timed = []
+
+    def fake_bench(fn, **kwargs):
+        fn()
+        return {"128x64/w8/s3": 2.0, "64x64/w4/s3": 1.0, "32x32/w4/s1": 3.0}[str(timed[-1])]
+
+    monkeypatch.setattr(ft.triton.testing, "do_bench_cudagraph", fake_bench)
+    return timed
+
+
+def test_tuning_takes_the_fastest_tile_once_per_bucket_and_writes_it(gpu_free):
+    tile = ft.choose(KEY, CANDIDATES, gpu_free.append)
+    assert tile == Tile(64, 64, 4, 3) and len(gpu_free) == 3
+    assert ft.choose(KEY, CANDIDATES, gpu_free.append) == tile and len(gpu_free) == 3  # remembered
+    stored = json.loads(ft.cache_path().read_text())
+    assert stored == {"a GPU | triton x": {"fwd|torch.float16|64|False|4096|4096": "64x64/w4/s3"}}
+    assert ft.timings[KEY] == {"128x64/w8/s3": 2.0, "64x64/w4/s3": 1.0, "32x32/w4/s1": 3.0}
+
+
+def test_a_new_process_reads_the_cache_file_instead_of_tuning(gpu_free):
+    ft.choose(KEY, CANDIDATES, gpu_free.append)
+    ft.forget()  # as a new process would start
+    assert ft.choose(KEY, CANDIDATES, lambda tile: pytest.fail("tuned again")) == Tile(64, 64, 4, 3)
+
+
+def test_a_cached_tile_no_longer_offered_is_tuned_again(gpu_free):
+    ft.cache_path().write_text(json.dumps({"a GPU | triton x": {"fwd|torch.float16|64|False|4096|4096": "16x16/w1/s1"}}))
+    assert ft.choose(KEY, CANDIDATES, gpu_free.append) == Tile(64, 64, 4, 3) and len(gpu_free) == 3
+
+
+def test_without_autotune_the_first_candidate_runs(gpu_free, monkeypatch):
+    monkeypatch.setenv(ft.AUTOTUNE_ENV, "0")
+    assert ft.choose(KEY, CANDIDATES, gpu_free.append) == CANDIDATES[0] and not gpu_free
+    assert not ft.cache_path().exists()
+
+
+def test_compiled_with_fullgraph_matches_eager():
+    """torch.compile sees flash_attention as one custom op with a registered backward: no graph break,
+    same output and gradients. (aot_eager here; the GPU test compiles with Inductor.)"""
+    q, k, v = qkv(grad=True)
+    do = randn(*q.shape, seed=5)
+    eager = flash_attention(q, k, v, causal=True)
+    eager_grads = torch.autograd.grad(eager, (q, k, v), do)
+    compiled = torch.compile(lambda q, k, v: flash_attention(q, k, v, causal=True) * 2, fullgraph=True,
+                             backend="aot_eager")
+    out = compiled(q, k, v)
+    torch.testing.assert_close(out, 2 * eager, atol=1e-6, rtol=0)
+    for g, e in zip(torch.autograd.grad(out, (q, k, v), do), eager_grads):
+        torch.testing.assert_close(g, 2 * e, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's tile; a GPU tunes")
+def test_tune_ahead_reports_the_tiles_it_will_use():
+    assert flash_attention.tune(*qkv(), causal=True) == {"fwd": "32x32/w4/s1", "bwd_dkdv": "32x32/w4/s1",
+                                                         "bwd_dq": "32x32/w4/s1"}

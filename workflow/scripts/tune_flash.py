@@ -1,0 +1,74 @@
+"""The sweep behind kernels/_flash_attention.py's candidate tiles (GPU only; not part of the pipeline).
+
+    PYTHONPATH=.:workflow python workflow/scripts/tune_flash.py out.csv
+
+For each (head dim, causal, length) at bf16, batch x seq = 16384 tokens, 16 heads, it tunes every kernel
+over a wider tile list than the defaults (each tile timed by the project's own tuner: median of a CUDA
+graph replay), then times the tuned forward and forward+backward beside SDPA's cuDNN backend. Also
+prints the per-call time of flash_attention and SDPA on a 16-token problem. One CSV row per measurement.
+"""
+from __future__ import annotations
+
+import sys
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import kernels._flash_attention as fa  # first: it chooses the backend before triton is imported
+from kernels import _flash_tiles
+from kernels._triton import triton
+
+WIDER = {
+    "fwd": [(128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 4), (128, 64, 4, 4), (128, 32, 4, 3),
+            (64, 128, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2), (32, 32, 4, 1)],
+    "bwd_dkdv": [(64, 64, 4, 2), (64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (32, 128, 4, 5), (128, 64, 8, 2),
+                 (128, 128, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
+    "bwd_dq": [(64, 64, 4, 2), (128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 4, 3), (128, 32, 4, 5), (64, 128, 8, 2),
+               (128, 128, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
+}
+POINTS = [(128, False), (128, True), (64, False)]
+LENGTHS = [1024, 4096, 16384]
+
+
+def bench(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+
+
+def main(path: str) -> None:
+    fa.CANDIDATES.update(WIDER)
+    fa._candidates.cache_clear()
+    rows = []
+    for d, causal in POINTS:
+        for n in LENGTHS:
+            b, h = 16384 // n, 16
+            q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+            do = torch.randn_like(q)
+            chosen = fa.tune(q, k, v, causal=causal)
+            for (kind, *_rest), per_tile in _flash_tiles.timings.items():
+                if tuple(_rest[2:]) == (causal, n, n) and _rest[1] == d:
+                    rows += [dict(d=d, causal=causal, seq=n, what=f"tune {kind}", tile=t, ms=ms) for t, ms in per_tile.items()]
+
+            def cudnn():
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+            for provider, fwd in (("triton_flash", lambda: fa.flash_attention(q, k, v, causal=causal)), ("sdpa_cudnn", cudnn)):
+                with torch.no_grad():
+                    rows.append(dict(d=d, causal=causal, seq=n, what=f"fwd {provider}", tile=chosen["fwd"], ms=bench(fwd)))
+                rows.append(dict(d=d, causal=causal, seq=n, what=f"fwd_bwd {provider}", tile=str(chosen),
+                                 ms=bench(lambda: fwd().backward(do))))
+            print(pd.DataFrame(rows).tail(4).to_string(), flush=True)
+    q, k, v = (torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    with torch.no_grad():
+        for provider, fn in (("triton_flash", lambda: fa.flash_attention(q, k, v)),
+                             ("sdpa_flash", lambda: F.scaled_dot_product_attention(q, k, v))):
+            rows.append(dict(d=64, causal=False, seq=16, what=f"launch_floor {provider}", tile="", ms=bench(fn)))
+    df = pd.DataFrame(rows)
+    df.to_csv(path, index=False)
+    print(df[df["what"].str.startswith(("fwd", "launch"))].to_string())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
