@@ -1,5 +1,6 @@
-"""The softmax width sweep as the report reads it: ratios against torch and the copy fraction come from
-the timings, forward and backward kept apart, and the fusion comparison reads forward rows only."""
+"""Summaries as the report reads them. The softmax width sweep: ratios against torch and the copy fraction
+come from the timings, forward and backward kept apart, and the fusion comparison reads forward rows only.
+FlashAttention: what tuning bought per bucket, and the cost of a call at a new length."""
 import pandas as pd
 
 from lab import plots, report, summary
@@ -50,3 +51,28 @@ def test_fusion_compares_forward_times_only():
                         "relu_dropout/performance": t.iloc[:0].assign(size=[])})
     assert set(f["unfused"]) == {"torch_naive"}
     assert f.set_index("size").loc[128, "time_ratio"] == (1 / 500) / (1 / 3900)
+
+
+def flash_rows():
+    """Two buckets of fwd tuning (candidates in order), a first-call pair and a memory pair."""
+    tune = [row("tuning_ms", ms, "ms", provider="triton_flash", variant="fwd", tile=tile, causal=False, block_d=64,
+                bucket_q=bucket, bucket_k=bucket, dtype="bfloat16")
+            for bucket, times in ((1024, {"a": 2.0, "b": 1.0}), (4096, {"a": 3.0, "b": 4.0}))
+            for tile, ms in times.items()]
+    first = [row("first_call_ms", 500.0, "ms", variant="untuned_bucket", seq=3000, bucket_tuned_at=3000),
+             row("first_call_ms", 0.25, "ms", variant="tuned_bucket", seq=3001, bucket_tuned_at=3000),
+             row("peak_extra_memory", 3 * 2**20, "bytes", variant="first_call", seq=65537),
+             row("peak_extra_memory", 2 * 2**20, "bytes", variant="later_call", seq=65537)]
+    return pd.DataFrame(tune + first).assign(status="ok")
+
+
+def test_tuning_reports_winners_and_what_the_first_candidate_cost():
+    t = summary.tuning(flash_rows())
+    assert t.to_dict("records") == [{"kernel": "fwd", "d": 64, "causal": False, "buckets": 2, "candidates": 2,
+                                     "winners": "a, b", "first candidate / best, worst bucket": 2.0}]
+
+
+def test_call_cost_text_quotes_the_first_call_and_memory():
+    text = report._call_cost(flash_rows())
+    assert "500 ms at S=3000" in text and "0.25 ms at S=3001, in the bucket S=3000 had tuned" in text
+    assert "3.000 MiB for the first (tuning) call, 2.000 MiB for a later one" in text

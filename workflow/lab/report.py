@@ -115,15 +115,40 @@ def _performance(tables: dict[str, pd.DataFrame]) -> str:
         out.append(f"\n### flash_attention vs SDPA backends, median TFLOP/s (bf16, batch x seq = "
                    f"{int(f['batch'].mul(f['seq']).max())})\n\n" + FLOPS + " `best_sdpa` is the fastest SDPA backend at "
                    "each point, and `triton/best_sdpa` the ratio against it.\n\n" + _md_table(f))
-        floor = summary.launch_floor(perf)
-        out.append("\nTime per call at B=1, H=1, S=16, D=64 (the per-call host overhead that bounds short sequences): "
-                   + ", ".join(f"{p} {us:.0f} us" for p, us in sorted(floor.items())) + ".")
+        out.append(_call_cost(perf))
         tiles = summary.median(perf, "throughput", provider="triton_flash")
         cols = [c for c in tiles.columns if c.startswith("tile_")]
         if cols:
             used = tiles[["variant", "d", "causal", "seq", *cols]].sort_values(["variant", "d", "causal", "seq"])
-            out.append("\nTiles the autotuner chose for flash_attention:\n\n" + _md_table(used))
+            out.append("\nTiles chosen for flash_attention (each length is its own bucket here):\n\n" + _md_table(used))
+        tuned = summary.tuning(perf)
+        if not tuned.empty:
+            out.append("\nWhat tuning bought, per kernel (each bucket's candidates timed on the caller's tensors, "
+                       "median of a CUDA graph replay; the first candidate is what runs untuned):\n\n" + _md_table(tuned))
     return "\n".join(out)
+
+
+def _call_cost(perf: pd.DataFrame) -> str:
+    """The per-call host cost and the cost of a call at a new length, from the performance table."""
+    floor = summary.launch_floor(perf)
+    text = ("\nTime per call at B=1, H=1, S=16, D=64, calls back to back (the host's cost per call, which bounds "
+            "short sequences): " + ", ".join(f"{p} {us:.0f} us" for p, us in sorted(floor.items())) + ". Each SDPA "
+            "call here enters `sdpa_kernel(backend)` to pin its backend, and that context manager's own host cost "
+            "is in SDPA's time: this row overstates what SDPA costs a model that calls it plainly "
+            "(`workflow/scripts/call_cost.py` measures both ways).")
+    first = summary.first_call(perf)
+    if {"untuned_bucket", "tuned_bucket"} <= set(first):
+        rows = summary.ok(perf, metric="first_call_ms")
+        seq = dict(zip(rows["variant"], rows["seq"].astype(int)))
+        text += (f"\n\nA length not seen before (B=1, H=1, D=64, forward, wall time to the result): "
+                 f"{first['untuned_bucket']:.0f} ms at S={seq['untuned_bucket']}, whose bucket had to be tuned first "
+                 f"(every candidate timed, and compiled if this process had not yet); {first['tuned_bucket']:.2f} ms at "
+                 f"S={seq['tuned_bucket']}, in the bucket S={int(rows['bucket_tuned_at'].iloc[0])} had tuned.")
+    if {"first_call_bytes", "later_call_bytes"} <= set(first):
+        seq = int(summary.ok(perf, metric="peak_extra_memory")["seq"].iloc[0])
+        text += (f" Peak memory beyond q, k, v at S={seq}: {first['first_call_bytes'] / 2**20:.3f} MiB for the first "
+                 f"(tuning) call, {first['later_call_bytes'] / 2**20:.3f} MiB for a later one.")
+    return text
 
 
 def _softmax_widths(tables: dict[str, pd.DataFrame], copy_gbps: float) -> str:

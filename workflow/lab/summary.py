@@ -145,6 +145,29 @@ def ceiling_fractions(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(rows).assign(device=ceil["device"])
 
 
+def tuning(df: pd.DataFrame) -> pd.DataFrame:
+    """Per FlashAttention kernel, head dim and causal: what tuning each length bucket bought. The
+    untuned choice is the first candidate (the rows keep the candidates' order)."""
+    d = ok(df, metric="tuning_ms")
+    out = []
+    for (kernel, block_d, causal), g in d.groupby(["variant", "block_d", "causal"], sort=True):
+        per_bucket = [(b["value"].iloc[0] / b["value"].min(), b.loc[b["value"].idxmin(), "tile"])
+                      for _, b in g.groupby("bucket_q")]
+        out.append({"kernel": kernel, "d": int(block_d), "causal": bool(causal), "buckets": len(per_bucket),
+                    "candidates": g.groupby("bucket_q").size().max(),
+                    "winners": ", ".join(sorted({tile for _, tile in per_bucket})),
+                    "first candidate / best, worst bucket": max(r for r, _ in per_bucket)})
+    return pd.DataFrame(out)
+
+
+def first_call(df: pd.DataFrame) -> dict[str, float]:
+    """The cost of a new length: first-call milliseconds per variant (untuned_bucket, tuned_bucket) and
+    peak bytes beyond the inputs of the first (tuning) and a later call."""
+    d = ok(df)
+    return {**{r.variant: r.value for r in d[d["metric"] == "first_call_ms"].itertuples()},
+            **{f"{r.variant}_bytes": r.value for r in d[d["metric"] == "peak_extra_memory"].itertuples()}}
+
+
 def launch_floor(df: pd.DataFrame) -> dict[str, float]:
     """Median microseconds per call on a 16-token problem, per provider."""
     d = median(df, "time_ms", variant="launch_floor")
