@@ -214,15 +214,22 @@ def _schedule(run_dir: Path) -> str:
     s = runs.schedule(run_dir)
     if s.empty or s["start"].isna().any():
         return "These tables do not record when their jobs started."
-    t0 = s["start"].min()
-    table = pd.DataFrame({"gpu": s["gpu"].str[-8:], "table": s["table"], "timing": s["timing"],
-                          "start_s": (s["start"] - t0).dt.total_seconds(),
-                          "seconds": (s["end"] - s["start"]).dt.total_seconds()}).sort_values(["gpu", "start_s"])
-    gpus = s.loc[s["gpu"] != "", "gpu"].nunique()
-    where = f"on {gpus} GPU(s)" if gpus else "on the CPU"
-    return (f"Each experiment job, on the GPU it locked (last characters of its UUID), in seconds from the first "
-            f"job's start: {len(s)} jobs {where}, {runs.wall_seconds(s):.0f} s from the first job's start to the "
-            "last table written.\n\n" + _md_table(table, ".1f"))
+    # Tables made by one commit come from one pipeline invocation: a later invocation reruns only the
+    # tables whose code or settings changed, maybe on another machine, so times compare within one.
+    s["commit"] = [runs.recorded(Path(run_dir) / f"{t}.parquet")["git_commit"] for t in s["table"]]
+    lines, parts = [], []
+    for commit, g in s.groupby("commit", sort=False):
+        t0 = g["start"].min()
+        gpus = g.loc[g["gpu"] != "", "gpu"].nunique()
+        lines.append(f"- commit `{commit}`: {len(g)} jobs {f'on {gpus} GPU(s)' if gpus else 'on the CPU'}, "
+                     f"{runs.wall_seconds(g):.0f} s from its first job's start to its last table written")
+        parts.append(pd.DataFrame({"commit": commit, "gpu": g["gpu"].str[-8:], "table": g["table"], "timing": g["timing"],
+                                   "start_s": (g["start"] - t0).dt.total_seconds(),
+                                   "seconds": (g["end"] - g["start"]).dt.total_seconds()}))
+    table = pd.concat(parts).sort_values(["commit", "gpu", "start_s"])
+    return ("Each experiment job, on the GPU it locked (last characters of its UUID), in seconds from the start of "
+            "the pipeline invocation that ran it (one per commit that made tables here):\n\n" + "\n".join(lines)
+            + "\n\n" + _md_table(table, ".1f"))
 
 
 def build(tables: dict[str, pd.DataFrame], claims_path: str, figures: list[str], out_path: str,
