@@ -26,3 +26,15 @@ FLOAT_DTYPES = [
 def randn(*shape, dtype=torch.float32, seed=0, scale=1.0):
     g = torch.Generator(device=DEVICE).manual_seed(seed)
     return (torch.randn(*shape, generator=g, device=DEVICE) * scale).to(dtype)
+
+
+@pytest.fixture
+def fresh_tiles(tmp_path, monkeypatch):
+    """FlashAttention tuning on, with no tile chosen or pinned and an empty cache file of its own."""
+    from kernels import _flash_tiles
+
+    monkeypatch.setenv(_flash_tiles.CACHE_ENV, str(tmp_path / "tiles.json"))
+    monkeypatch.setenv(_flash_tiles.AUTOTUNE_ENV, "1")
+    _flash_tiles.forget()
+    yield _flash_tiles
+    _flash_tiles.forget()

@@ -8,16 +8,8 @@ from kernels import _flash_attention as fa
 from kernels import _flash_tiles as ft
 from kernels import flash_attention
 
-pytestmark = pytest.mark.skipif(not ON_GPU, reason="needs a GPU (Inductor, CUDA graphs, tuning)")
-
-
-@pytest.fixture(autouse=True)
-def own_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(ft.CACHE_ENV, str(tmp_path / "tiles.json"))
-    monkeypatch.setenv(ft.AUTOTUNE_ENV, "1")
-    ft.forget()
-    yield
-    ft.forget()
+pytestmark = [pytest.mark.skipif(not ON_GPU, reason="needs a GPU (Inductor, CUDA graphs, tuning)"),
+              pytest.mark.usefixtures("fresh_tiles")]
 
 
 def qkv(b=2, h=4, s=1000, d=64, dtype=torch.bfloat16, grad=True):

@@ -10,15 +10,7 @@ from kernels import _flash_tiles as ft
 from kernels import flash_attention, flash_attention_ref, tiles_in_use
 from kernels._flash_tiles import Tile
 
-
-@pytest.fixture(autouse=True)
-def fresh_choices(tmp_path, monkeypatch):
-    """Each test starts with no choice made, no pin, and its own empty cache file."""
-    monkeypatch.setenv(ft.CACHE_ENV, str(tmp_path / "tiles.json"))
-    monkeypatch.setenv(ft.AUTOTUNE_ENV, "1")
-    ft.forget()
-    yield
-    ft.forget()
+pytestmark = pytest.mark.usefixtures("fresh_tiles")  # each test: no choice made, no pin, its own empty cache
 
 
 def qkv(sq=37, sk=70, d=32, dtype=torch.float32, grad=False):
