@@ -9,19 +9,13 @@ from pathlib import Path
 import pytest
 
 from lab import runs
+from lab.summary import invocations
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO, ONE = ROOT / "results/nvidia-h200-x2", ROOT / "results/nvidia-h200"
 
 if not TWO.is_dir():
     pytest.skip("no committed two-GPU run", allow_module_level=True)
-
-
-def invocations(run_dir: Path) -> dict:
-    """commit -> the schedule of the jobs that commit's invocation ran."""
-    jobs = runs.schedule(run_dir)
-    jobs["commit"] = [runs.recorded(run_dir / f"{t}.parquet")["git_commit"] for t in jobs["table"]]
-    return {commit: g for commit, g in jobs.groupby("commit")}
 
 
 def test_each_invocation_ran_the_same_jobs_in_both_runs():

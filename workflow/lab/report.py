@@ -211,14 +211,11 @@ def _improvements(tables: dict[str, pd.DataFrame]) -> str:
 
 
 def _schedule(run_dir: Path) -> str:
-    s = runs.schedule(run_dir)
-    if s.empty or s["start"].isna().any():
+    groups = summary.invocations(run_dir)
+    if not groups or any(g["start"].isna().any() for g in groups.values()):
         return "These tables do not record when their jobs started."
-    # Tables made by one commit come from one pipeline invocation: a later invocation reruns only the
-    # tables whose code or settings changed, maybe on another machine, so times compare within one.
-    s["commit"] = [runs.recorded(Path(run_dir) / f"{t}.parquet")["git_commit"] for t in s["table"]]
     lines, parts = [], []
-    for commit, g in s.groupby("commit", sort=False):
+    for commit, g in groups.items():
         t0 = g["start"].min()
         gpus = g.loc[g["gpu"] != "", "gpu"].nunique()
         lines.append(f"- commit `{commit}`: {len(g)} jobs {f'on {gpus} GPU(s)' if gpus else 'on the CPU'}, "

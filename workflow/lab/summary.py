@@ -1,7 +1,11 @@
 """Numbers derived from several tables, computed in one place for the report and the figures."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
+
+from . import runs
 
 # The memory-bound kernels and the column their performance tables sweep.
 MEMORY_BOUND = {"vector_add": "size", "relu_dropout": "size", "softmax": "n_cols"}
@@ -166,6 +170,17 @@ def first_call(df: pd.DataFrame) -> dict[str, float]:
     d = ok(df)
     return {**{r.variant: r.value for r in d[d["metric"] == "first_call_ms"].itertuples()},
             **{f"{r.variant}_bytes": r.value for r in d[d["metric"] == "peak_extra_memory"].itertuples()}}
+
+
+def invocations(run_dir) -> dict[str, pd.DataFrame]:
+    """A run's job schedule (lab.runs.schedule) split by the commit that made each table: tables made by
+    one commit come from one pipeline invocation, and a later invocation reruns only the tables whose
+    code or settings changed, maybe on another machine, so times compare within one invocation."""
+    jobs = runs.schedule(run_dir)
+    if jobs.empty:
+        return {}
+    jobs["commit"] = [runs.recorded(Path(run_dir) / f"{t}.parquet")["git_commit"] for t in jobs["table"]]
+    return {commit: g for commit, g in jobs.groupby("commit", sort=False)}
 
 
 def launch_floor(df: pd.DataFrame) -> dict[str, float]:
