@@ -15,11 +15,13 @@ from . import backend  # noqa: F401  (no side effects: choosing happens on first
 # public name -> the module that defines it (also read by lab.sources to find what an experiment runs)
 EXPORTS = {
     "vector_add": "_vector_add", "vector_add_ref": "_vector_add", "vector_add_unmasked": "_vector_add",
+    "vector_add_writeup": "_vector_add",
     "relu_dropout": "_relu_dropout", "relu_dropout_ref": "_relu_dropout",
     "relu_dropout_writeup": "_relu_dropout", "relu_dropout_backward": "_relu_dropout",
     "softmax": "_softmax", "softmax_ref": "_softmax", "softmax_naive": "_softmax",
     "softmax_unfused": "_softmax", "softmax_writeup": "_softmax", "softmax_backward": "_softmax",
     "attention": "_attention", "attention_ref": "_attention", "launch_config": "_attention",
+    "attention_writeup": "_attention",
     "shared_memory_required": "_attention",
     "flash_attention": "_flash_attention", "flash_attention_ref": "_flash_attention",
     "tiles_in_use": "_flash_attention",

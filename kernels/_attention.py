@@ -5,8 +5,11 @@ of two) on chip, so its shared-memory need grows linearly with n_k until the com
 launch it ("out of resource: shared memory"): the wall the writeup names. This is kept on purpose;
 ``flash_attention`` is the rung that removes it.
 
-One deviation from the writeup: loads are also masked along the head dimension, so a head dimension
-that is not a power of two gives correct results instead of reading the next row.
+``attention_writeup`` is the writeup's kernel as printed. Its loads and stores are masked along rows
+only, while the head-dim block is BLOCK_V = next_power_of_2(d): for a head dim that is not a power of two
+each row reads (and writes) BLOCK_V - d elements of the next row, the softmax bug's shape of mistake
+along the other axis. ``attention`` is that kernel with the one-line fix, a head-dim mask on every load
+and store (the variant ``head_dim_mask``); otherwise identical.
 """
 from __future__ import annotations
 
@@ -54,6 +57,66 @@ def _attention_kernel(
     tl.store(out_ptr + out_offsets, out, mask=row_mask[:, None] & d_mask[None, :])
 
 
+@triton.jit
+def attention_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr,
+    row_stride, col_stride, n_rows, n_cols, scale,
+    BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
+):
+    row_pid = tl.program_id(0)
+    row_offsets = row_pid * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    col_offsets = tl.arange(0, BLOCK_K)
+    d_offsets = tl.arange(0, BLOCK_V)
+
+    row_mask = row_offsets < n_rows
+    col_mask = col_offsets < n_cols
+
+    q_offsets = tl.expand_dims(row_offsets, 1) * row_stride + tl.expand_dims(d_offsets, 0) * col_stride
+    q = tl.load(q_ptr + q_offsets, mask=tl.expand_dims(row_mask, 1), other=0.0)
+
+    k_offsets = tl.expand_dims(d_offsets, 1) * col_stride + tl.expand_dims(col_offsets, 0) * row_stride
+    k = tl.load(k_ptr + k_offsets, mask=tl.expand_dims(col_mask, 0), other=0.0)
+
+    qk = tl.dot(q, k) * scale
+    qk = tl.where(tl.expand_dims(col_mask, 0), qk, float("-inf"))
+
+    m = tl.max(qk, axis=1)
+    p = tl.exp(qk - tl.expand_dims(m, 1))
+    l = tl.sum(p, axis=1)  # noqa: E741  (the writeup's name)
+    weights = p / tl.expand_dims(l, 1)
+
+    v_offsets = tl.expand_dims(col_offsets, 1) * row_stride + tl.expand_dims(d_offsets, 0) * col_stride
+    v = tl.load(v_ptr + v_offsets, mask=tl.expand_dims(col_mask, 1), other=0.0)
+
+    out = tl.dot(weights.to(v.dtype), v)
+    out_offsets = tl.expand_dims(row_offsets, 1) * row_stride + tl.expand_dims(d_offsets, 0) * col_stride
+    tl.store(out_ptr + out_offsets, out, mask=tl.expand_dims(row_mask, 1))
+
+
+def attention_writeup(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The writeup's kernel as printed; same contract as ``attention``, and wrong whenever d is not a
+    power of two (>= 16). The writeup does not show its launcher. This one copies q, k, v into buffers with
+    BLOCK_V - d zeros after them and writes into such a buffer, so the reads and writes past a row stay
+    in memory it owns: what they touch is the next row (the bug), or zeros after the last."""
+    args, cfg = _arguments(q, k, v)
+    q, k, v, out, row_stride, col_stride, n_q, n_k, d, scale = args
+    pad = cfg["BLOCK_V"] - d
+    q, k, v, padded_out = (_padded(t, pad) for t in (q, k, v, out))
+    if n_q:
+        attention_kernel[(triton.cdiv(n_q, cfg["BLOCK_Q"]),)](q, k, v, padded_out, row_stride, col_stride, n_q, n_k,
+                                                              scale, **cfg)
+    return padded_out[: n_q * d].view(n_q, d)
+
+
+def _padded(t: torch.Tensor, pad: int) -> torch.Tensor:
+    """t's elements, flat, followed by ``pad`` zeros (t itself, flat, when pad is 0: no copy)."""
+    if not pad:
+        return t.reshape(-1)
+    flat = torch.zeros(t.numel() + pad, dtype=t.dtype, device=t.device)
+    flat[: t.numel()] = t.reshape(-1)
+    return flat
+
+
 def launch_config(n_k: int, head_dim: int, block_q: int = 16) -> dict:
     """The block sizes `attention` launches with for n_k keys of width head_dim."""
     return dict(BLOCK_Q=block_q, BLOCK_K=max(MIN_DOT, triton.next_power_of_2(n_k)),
@@ -73,10 +136,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
 
 
 def shared_memory_required(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:
-    """Bytes of shared memory ``attention(q, k, v)`` asks for, compiled for this GPU without launching
-    (so also where the launch would fail). GPU only."""
+    """Bytes of shared memory the writeup's kernel asks for at these shapes (``attention`` asks for the
+    same: the mask adds no buffer), compiled for this GPU without launching, so also where the launch
+    would fail. GPU only."""
     args, cfg = _arguments(q, k, v)
-    return _attention_kernel.warmup(*args, grid=(1,), **cfg).metadata.shared
+    printed = (*args[:8], args[9])  # the printed kernel has no head_dim argument
+    return attention_kernel.warmup(*printed, grid=(1,), **cfg).metadata.shared
 
 
 def _arguments(q, k, v) -> tuple[tuple, dict]:

@@ -64,6 +64,15 @@ _jit = triton.jit(do_not_specialize=["seq_q", "seq_k"])
 
 
 @triton.jit
+def _tile_and_head(seq, BLOCK: tl.constexpr):
+    """(first row of this program's tile, batch * heads index). The grid is one axis, tiles of one head
+    next to each other (they share K/V in L2): axis 1 would cap batch * heads at 65535."""
+    pid = tl.program_id(0)
+    tiles = tl.cdiv(seq, BLOCK)
+    return (pid % tiles) * BLOCK, pid // tiles
+
+
+@triton.jit
 def _fwd_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, lo, hi, offs_m, offs_n, d_mask,
                seq_k, causal_offset, qk_scale,
                MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -106,8 +115,7 @@ def _flash_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     # STORE_LSE=False: no backward will follow (inference), so the log-sum-exp is not written.
-    start_m = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1)
+    start_m, bh = _tile_and_head(seq_q, BLOCK_M)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
     EVEN_D: tl.constexpr = HEAD_DIM == BLOCK_D
@@ -159,8 +167,7 @@ def _bwd_delta_kernel(o_ptr, do_ptr, delta_ptr,
                       n_heads, seq_q,
                       HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr):
     # delta_i = sum_d O_id dO_id = sum_j P_ij dP_ij: the softmax backward's row term.
-    start_m = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1)
+    start_m, bh = _tile_and_head(seq_q, BLOCK_M)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
     offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -186,8 +193,7 @@ def _flash_bwd_dkdv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     # One program owns BLOCK_N keys and walks every query tile that can see them (no atomics).
-    start_n = tl.program_id(0) * BLOCK_N
-    bh = tl.program_id(1)
+    start_n, bh = _tile_and_head(seq_k, BLOCK_N)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -244,8 +250,7 @@ def _flash_bwd_dq_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     # One program owns BLOCK_M queries and walks the key tiles they can see.
-    start_m = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1)
+    start_m, bh = _tile_and_head(seq_q, BLOCK_M)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
     offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -321,8 +326,8 @@ def _cdiv(a: int, b: int) -> int:  # plain ints: triton.cdiv is a constexpr func
 _compiled: dict[tuple, tuple] = {}
 
 
-def _launch(kernel, grid: tuple[int, int], tensors: tuple, numbers: tuple, consts: dict, tile: Tile | None = None):
-    """kernel[grid](*tensors, *numbers, **consts, **tile.kwargs)."""
+def _launch(kernel, programs: int, tensors: tuple, numbers: tuple, consts: dict, tile: Tile | None = None):
+    """kernel[(programs,)](*tensors, *numbers, **consts, **tile.kwargs)."""
     key = None
     if backend.current() == "gpu" and all(t.data_ptr() % 16 == 0 for t in tensors):
         device = torch.cuda.current_device()
@@ -330,10 +335,10 @@ def _launch(kernel, grid: tuple[int, int], tensors: tuple, numbers: tuple, const
         hit = _compiled.get(key)
         if hit is not None:
             compiled, const_values = hit
-            compiled[(*grid, 1)](*tensors, *numbers, *const_values, stream=torch._C._cuda_getCurrentRawStream(device))
+            compiled[(programs, 1, 1)](*tensors, *numbers, *const_values, stream=torch._C._cuda_getCurrentRawStream(device))
             return
     merged = {**consts, **tile.kwargs} if tile else consts
-    compiled = kernel[grid](*tensors, *numbers, **merged)
+    compiled = kernel[(programs,)](*tensors, *numbers, **merged)
     if key is not None and compiled is not None:  # positional constexprs in the kernel's own order
         _compiled[key] = (compiled, tuple(merged[n] for n in kernel.arg_names[len(tensors) + len(numbers):]))
 
@@ -348,7 +353,7 @@ def _forward(q, k, v, causal: bool, sm_scale: float, store_lse: bool = True):
     consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal, STORE_LSE=store_lse)
 
     def run(tile: Tile):
-        _launch(_flash_fwd_kernel, (_cdiv(seq_q, tile.block_m), batch * heads), tensors, numbers, consts, tile)
+        _launch(_flash_fwd_kernel, _cdiv(seq_q, tile.block_m) * batch * heads, tensors, numbers, consts, tile)
 
     run(_tile("fwd", q, seq_q, seq_k, block_d, causal, run))
     return o, lse
@@ -358,7 +363,7 @@ def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float):
     batch, heads, seq_q, head_dim = q.shape
     seq_k, block_d = k.shape[2], _block_d(head_dim)
     delta = torch.empty_like(lse)
-    _launch(_bwd_delta_kernel, (_cdiv(seq_q, 64), batch * heads), (o, do, delta),
+    _launch(_bwd_delta_kernel, _cdiv(seq_q, 64) * batch * heads, (o, do, delta),
             (*o.stride(), *do.stride(), heads, seq_q), dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=64))
     # dk/dv take the strides of k/v and dq those of q, so the outputs must share them.
     dk, dv, dq = (torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device) for t in (k, v, q))
@@ -366,11 +371,11 @@ def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float):
     consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal)
 
     def run_dkdv(tile: Tile):
-        _launch(_flash_bwd_dkdv_kernel, (_cdiv(seq_k, tile.block_n), batch * heads),
+        _launch(_flash_bwd_dkdv_kernel, _cdiv(seq_k, tile.block_n) * batch * heads,
                 (q, k, v, do, lse, delta, dk, dv), numbers, consts, tile)
 
     def run_dq(tile: Tile):
-        _launch(_flash_bwd_dq_kernel, (_cdiv(seq_q, tile.block_m), batch * heads),
+        _launch(_flash_bwd_dq_kernel, _cdiv(seq_q, tile.block_m) * batch * heads,
                 (q, k, v, do, lse, delta, dq), numbers, consts, tile)
 
     run_dkdv(_tile("bwd_dkdv", q, seq_q, seq_k, block_d, causal, run_dkdv))

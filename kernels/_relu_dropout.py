@@ -4,46 +4,60 @@
 per element. ``relu_dropout`` is the improved kernel: four random numbers per Philox evaluation, so it
 runs at memory speed rather than RNG speed, and it has a backward that draws its mask again from the
 seed (no mask tensor is saved). Both are pure functions of (seed, element index), but they draw
-different masks for the same seed.
+different masks for the same seed. The writeup's kernel computes its offsets in int32 as printed, so
+it faults past 2**31 elements; the improved one switches to 64-bit offsets and two-word Philox counters
+there (kernels._offsets), so its mask neither wraps nor repeats.
 """
 from __future__ import annotations
 
 import torch
 
 from . import _checks
+from ._offsets import block_start, wide
 from ._triton import tl, triton
 
 
 @triton.jit
-def _kept(seed, start, p, BLOCK_SIZE: tl.constexpr):
+def _kept(seed, start, p, BLOCK_SIZE: tl.constexpr, WIDE: tl.constexpr):
     """Which of elements [start, start + BLOCK_SIZE) survive. The writeup draws tl.rand(seed, offsets): one
     Philox evaluation per element, which makes the kernel compute-bound on a GPU. One tl.rand4x call yields
     four uniforms, so element 4c + j takes the j-th draw of counter c: a quarter of the Philox work, still
-    a pure function of (seed, element index), so the backward draws the same mask again."""
-    r0, r1, r2, r3 = tl.rand4x(seed, start // 4 + tl.arange(0, BLOCK_SIZE // 4))
-    return tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), [BLOCK_SIZE]) > p
+    a pure function of (seed, element index), so the backward draws the same mask again.
+    WIDE (int64 counters): the counter goes into Philox as two 32-bit words, low and high. Below 2**32 that
+    is exactly what tl.rand4x draws (its high word is 0), so a mask never depends on the tensor's size."""
+    counters = start // 4 + tl.arange(0, BLOCK_SIZE // 4)
+    if WIDE:
+        low = counters.to(tl.uint32)
+        high = (counters >> 32).to(tl.uint32)
+        i0, i1, i2, i3 = tl.philox(seed, low, high, low * 0, low * 0)
+        r0, r1 = tl.uint_to_uniform_float(i0), tl.uint_to_uniform_float(i1)
+        r2, r3 = tl.uint_to_uniform_float(i2), tl.uint_to_uniform_float(i3)
+    else:
+        r0, r1, r2, r3 = tl.rand4x(seed, counters)
+    return tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), [BLOCK_SIZE]) > p  # element 4c + j: r_j
 
 
 @triton.jit
-def _relu_dropout_kernel(x_ptr, out_ptr, n_elements, p, seed, BLOCK_SIZE: tl.constexpr):
-    start = tl.program_id(axis=0) * BLOCK_SIZE
+def _relu_dropout_kernel(x_ptr, out_ptr, n_elements, p, seed, BLOCK_SIZE: tl.constexpr, WIDE: tl.constexpr):
+    start = block_start(BLOCK_SIZE, WIDE)
     offsets = start + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
     x = tl.load(x_ptr + offsets, mask=mask)
     x = tl.where(x < 0.0, 0.0, x)  # relu that keeps NaN, as torch.relu does (tl.maximum would return 0)
-    out = tl.where(_kept(seed, start, p, BLOCK_SIZE), x / (1 - p), 0.0)
+    out = tl.where(_kept(seed, start, p, BLOCK_SIZE, WIDE), x / (1 - p), 0.0)
     tl.store(out_ptr + offsets, out, mask=mask)
 
 
 @triton.jit
-def _relu_dropout_backward_kernel(dy_ptr, x_ptr, dx_ptr, n_elements, p, seed, BLOCK_SIZE: tl.constexpr):
+def _relu_dropout_backward_kernel(dy_ptr, x_ptr, dx_ptr, n_elements, p, seed, BLOCK_SIZE: tl.constexpr,
+                                  WIDE: tl.constexpr):
     """dx = dy / (1 - p) where the element was kept and x > 0, else 0; the mask drawn again from the seed."""
-    start = tl.program_id(axis=0) * BLOCK_SIZE
+    start = block_start(BLOCK_SIZE, WIDE)
     offsets = start + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
     x = tl.load(x_ptr + offsets, mask=mask)
     dy = tl.load(dy_ptr + offsets, mask=mask).to(tl.float32)
-    dx = tl.where(_kept(seed, start, p, BLOCK_SIZE) & (x > 0.0), dy / (1 - p), 0.0)
+    dx = tl.where(_kept(seed, start, p, BLOCK_SIZE, WIDE) & (x > 0.0), dy / (1 - p), 0.0)
     tl.store(dx_ptr + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
@@ -67,7 +81,7 @@ def relu_dropout(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -
     _check_args(x, p, seed, block_size)
     if torch.is_grad_enabled() and x.requires_grad:
         return _ReluDropout.apply(x, p, seed, block_size)
-    return _launch(_relu_dropout_kernel, x, p, seed, block_size)
+    return _launch(_relu_dropout_kernel, x, p, seed, block_size, int64_capable=True)
 
 
 def relu_dropout_backward(dy: torch.Tensor, x: torch.Tensor, p: float, seed: int,
@@ -82,7 +96,7 @@ def relu_dropout_backward(dy: torch.Tensor, x: torch.Tensor, p: float, seed: int
     n = dx.numel()
     if n:
         _relu_dropout_backward_kernel[(triton.cdiv(n, block_size),)](dy, x, dx, n, float(p), seed,
-                                                                     BLOCK_SIZE=block_size)
+                                                                     BLOCK_SIZE=block_size, WIDE=wide(n, block_size))
     return dx
 
 
@@ -91,7 +105,7 @@ class _ReluDropout(torch.autograd.Function):
     def forward(ctx, x, p, seed, block_size):
         ctx.save_for_backward(x)
         ctx.args = (p, seed, block_size)
-        return _launch(_relu_dropout_kernel, x, p, seed, block_size)
+        return _launch(_relu_dropout_kernel, x, p, seed, block_size, int64_capable=True)
 
     @staticmethod
     def backward(ctx, dy):
@@ -100,7 +114,8 @@ class _ReluDropout(torch.autograd.Function):
 
 
 def relu_dropout_writeup(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -> torch.Tensor:
-    """The writeup's kernel as written (one tl.rand per element); same contract as relu_dropout, forward only."""
+    """The writeup's kernel as printed (one tl.rand per element, int32 offsets: it faults past 2**31
+    elements); same contract as relu_dropout otherwise, forward only."""
     _check_args(x, p, seed, block_size)
     return _launch(_relu_dropout_writeup_kernel, x, p, seed, block_size)
 
@@ -114,12 +129,14 @@ def _check_args(x: torch.Tensor, p: float, seed: int, block_size: int) -> None:
     _checks.block_size(block_size, smallest=4)  # the improved kernel draws four numbers per Philox call
 
 
-def _launch(kernel, x: torch.Tensor, p: float, seed: int, block_size: int) -> torch.Tensor:
+def _launch(kernel, x: torch.Tensor, p: float, seed: int, block_size: int, int64_capable: bool = False) -> torch.Tensor:
+    """``int64_capable``: the kernel takes the WIDE constexpr (the improved ones do, the writeup's does not)."""
     x = x.contiguous()
     out = torch.empty_like(x)
     n = out.numel()
     if n:
-        kernel[(triton.cdiv(n, block_size),)](x, out, n, float(p), seed, BLOCK_SIZE=block_size)
+        extra = {"WIDE": wide(n, block_size)} if int64_capable else {}
+        kernel[(triton.cdiv(n, block_size),)](x, out, n, float(p), seed, BLOCK_SIZE=block_size, **extra)
     return out
 
 

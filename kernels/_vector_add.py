@@ -1,9 +1,15 @@
-"""Kernel 1 of the writeup: out = x + y, one program per BLOCK_SIZE-element chunk."""
+"""Kernel 1 of the writeup: out = x + y, one program per BLOCK_SIZE-element chunk.
+
+``vector_add_writeup`` is the writeup's kernel as printed: its offsets are int32, so past 2**31 elements
+they wrap and the kernel faults. ``vector_add`` is the same kernel with 64-bit offsets where the size
+needs them (kernels._offsets), and is otherwise identical.
+"""
 from __future__ import annotations
 
 import torch
 
 from . import _checks
+from ._offsets import block_start, wide
 from ._triton import tl, triton
 
 
@@ -11,9 +17,20 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.int32)
 
 
 @triton.jit
-def _vector_add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
     pid = tl.program_id(axis=0)
-    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    block_start = pid * BLOCK_SIZE
+    offsets = block_start + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, x + y, mask=mask)
+
+
+@triton.jit
+def _vector_add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr, WIDE: tl.constexpr):
+    offsets = block_start(BLOCK_SIZE, WIDE) + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements  # the last block may run past the end
     x = tl.load(x_ptr + offsets, mask=mask)
     y = tl.load(y_ptr + offsets, mask=mask)
@@ -21,17 +38,31 @@ def _vector_add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constex
 
 
 def vector_add(x: torch.Tensor, y: torch.Tensor, block_size: int = 1024) -> torch.Tensor:
-    """x + y for same-shape tensors of any rank; the result is a new contiguous tensor."""
+    """x + y for same-shape tensors of any rank and size; the result is a new contiguous tensor."""
+    x, y, out = _arguments(x, y, block_size)
+    n = out.numel()
+    if n:
+        _vector_add_kernel[(triton.cdiv(n, block_size),)](x, y, out, n, BLOCK_SIZE=block_size,
+                                                          WIDE=wide(n, block_size))
+    return out
+
+
+def vector_add_writeup(x: torch.Tensor, y: torch.Tensor, block_size: int = 1024) -> torch.Tensor:
+    """The writeup's kernel as printed (int32 offsets: it faults past 2**31 elements); same contract otherwise."""
+    x, y, out = _arguments(x, y, block_size)
+    n = out.numel()
+    if n:
+        add_kernel[(triton.cdiv(n, block_size),)](x, y, out, n, BLOCK_SIZE=block_size)
+    return out
+
+
+def _arguments(x, y, block_size):
     _checks.tensor(x, "x", dtypes=DTYPES)
     _checks.tensor(y, "y", dtypes=DTYPES)
     _checks.same("x", x, "y", y)
     _checks.block_size(block_size)
     x, y = x.contiguous(), y.contiguous()
-    out = torch.empty_like(x)
-    n = out.numel()
-    if n:
-        _vector_add_kernel[(triton.cdiv(n, block_size),)](x, y, out, n, BLOCK_SIZE=block_size)
-    return out
+    return x, y, torch.empty_like(x)
 
 
 @triton.jit

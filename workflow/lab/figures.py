@@ -31,12 +31,9 @@ def said(claim_id: int, key: str):
     return next(c for c in claims if c["id"] == claim_id)["settings"][key]
 
 
-def check_declarations(available) -> None:
-    """Every table a figure is drawn from is produced; the workflow calls this when it builds the DAG."""
-    for fig in FIGURES.values():
-        missing = [k for k in fig.tables if k not in available]
-        if missing:
-            raise ValueError(f"figure {fig.name} needs tables no configured experiment produces: {missing}")
+def drawable(available) -> dict[str, Figure]:
+    """The figures whose tables are all produced (a config may leave experiments out)."""
+    return {name: fig for name, fig in FIGURES.items() if all(k in available for k in fig.tables)}
 
 
 def figure(name: str, tables, category: str):
@@ -49,7 +46,12 @@ def figure(name: str, tables, category: str):
 
 @figure("softmax_bug", ["softmax/bug"], "Softmax")
 def _softmax_bug(t):
-    return plots.softmax_bug(t["softmax/bug"], said(6, "writeup_max_abs_diff"))
+    return plots.softmax_bug(t["softmax/bug"], said(6, "writeup_max_abs_diff"), said(6, "n_cols"))
+
+
+@figure("attention_head_dims", ["attention/head_dims"], "Attention")
+def _attention_head_dims(t):
+    return plots.attention_head_dims(t["attention/head_dims"])
 
 
 @figure("dropout_rates", ["relu_dropout/statistics"], "Dropout")
@@ -70,7 +72,8 @@ def _flash_memory(t):
 @figure("bandwidth", ["calibration/ceilings", *PERFORMANCE], "Performance")
 def _bandwidth(t):
     memory_bound = {k: t[f"{k}/performance"] for k in summary.MEMORY_BOUND}
-    return plots.bandwidth(memory_bound, summary.ceilings(t["calibration/ceilings"]).get("copy_gbps"))
+    copy = {k: summary.own_ceiling(d, "copy_gbps", t["calibration/ceilings"]) for k, d in memory_bound.items()}
+    return plots.bandwidth(memory_bound, copy)
 
 
 @figure("ceiling_fraction", ["calibration/ceilings", *PERFORMANCE, "flash_attention/performance"], "Performance")
@@ -80,8 +83,8 @@ def _ceiling_fraction(t):
 
 @figure("flash_performance", ["calibration/ceilings", "flash_attention/performance"], "Performance")
 def _flash_performance(t):
-    ceil = summary.ceilings(t["calibration/ceilings"])
-    return plots.flash_performance(t["flash_attention/performance"], ceil.get("matmul_tflops"))
+    perf = t["flash_attention/performance"]
+    return plots.flash_performance(perf, summary.own_ceiling(perf, "matmul_tflops", t["calibration/ceilings"]))
 
 
 @figure("fusion", ["relu_dropout/performance", "softmax/performance"], "Performance")
@@ -92,7 +95,7 @@ def _fusion(t):
 @figure("softmax_widths", ["calibration/ceilings", "softmax/performance"], "Performance")
 def _softmax_widths(t):
     perf = t["softmax/performance"]
-    copy = summary.ceilings(t["calibration/ceilings"]).get("copy_gbps")
+    copy = summary.own_ceiling(perf, "copy_gbps", t["calibration/ceilings"])
     return plots.softmax_widths(summary.softmax_widths(perf, copy), copy, plots.device_of(perf))
 
 

@@ -78,6 +78,40 @@ def timing_rows(times: dict[float, float], work: float, work_unit: str, **params
     return rows
 
 
+def probe_rows(outcome: dict, **params) -> list[dict]:
+    """Rows for one lab.isolated.call outcome: what it returned (``{metric: value}``, or a list of
+    ``{"metric", "value", **more params}``; bools get unit 'bool'), or one 'outcome' row with the status
+    ('raised', 'crashed') and the error."""
+    from .table import row
+
+    if outcome["status"] != "ok":
+        return [row("outcome", None, status=outcome["status"], error=outcome["error"], **params)]
+    result = outcome["result"]
+    found = ([dict(metric=m, value=v) for m, v in result.items()] if isinstance(result, dict) else result)
+    return [row(r["metric"], r["value"], "bool" if isinstance(r["value"], bool) else "", **params,
+                **{k: v for k, v in r.items() if k not in ("metric", "value")}) for r in found]
+
+
+def ceilings(copy_bytes: int, matmul_n: int, warmup_ms: int, rep_ms: int) -> dict[str, dict[float, float]]:
+    """do_bench times (ms per quantile) of a device-to-device copy of copy_bytes and an n^3 bf16 matmul:
+    the ceilings every timing table divides by, measured on the GPU that table ran on."""
+    src = torch.empty(copy_bytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    copy = bench(lambda: dst.copy_(src), warmup_ms, rep_ms)
+    del src, dst
+    a, b = (torch.randn(matmul_n, matmul_n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    return {"copy": copy, "matmul": bench(lambda: a @ b, warmup_ms, rep_ms)}
+
+
+def ceiling_columns(s: dict) -> dict[str, float]:
+    """The medians of ceilings(), as the columns a timing table carries on every row: copy_gbps (read +
+    write counted) and matmul_tflops."""
+    c = s["ceilings"]
+    t = ceilings(c["copy_bytes"], c["matmul_n"], **s["bench"])
+    return {"copy_gbps": 2 * c["copy_bytes"] / 1e9 / (t["copy"][0.5] * 1e-3),
+            "matmul_tflops": 2 * c["matmul_n"] ** 3 / 1e12 / (t["matmul"][0.5] * 1e-3)}
+
+
 def cuda_kernels(fn) -> list[str]:
     """Names of the CUDA kernels one call of ``fn`` launches, in order (torch.profiler)."""
     from torch.profiler import ProfilerActivity, profile

@@ -50,23 +50,49 @@ def _band(ax, df: pd.DataFrame, x: str, hue: str, metric: str):
     ax.legend(fontsize=8)
 
 
-def softmax_bug(df: pd.DataFrame, writeup_diff: float) -> plt.Figure:
+def softmax_bug(df: pd.DataFrame, writeup_diff: float, writeup_n_cols: int) -> plt.Figure:
     d = _measured(df)
+    raised = df[df["status"] == "raised"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     block = int(d.loc[d["variant"] == "hardcoded", "block_size"].iloc[0])
-    for ax, metric, label in ((axes[0], "columns_dropped", "columns never written"),
+    for ax, metric, label in ((axes[0], "columns_dropped", "columns never written (log)"),
                               (axes[1], "max_abs_diff", "max |triton - torch| (log)")):
         sns.lineplot(data=d[d["metric"] == metric], x="n_cols", y="value", hue="variant", style="variant",
                      markers=True, dashes=False, ax=ax)
         ax.axvline(block, color="red", ls="--", lw=1)
-        ax.set(xlabel="n_cols", ylabel=label)
-    axes[1].set_yscale("log")
+        for n in raised["n_cols"].unique():  # where a call raised instead of returning
+            ax.axvline(n, color="black", ls=":", lw=1)
+            ax.text(n, 0.5, f"{int(n)}: {', '.join(sorted(raised[raised['n_cols'] == n]['variant']))} raised",
+                    rotation=90, fontsize=7, ha="right", va="center", transform=ax.get_xaxis_transform())
+        ax.set(xlabel="n_cols (log)", ylabel=label, xscale="log", yscale="symlog" if metric == "columns_dropped" else "log")
     axes[1].axhline(writeup_diff, color="grey", ls=":", lw=1)
-    axes[1].annotate(f"writeup at n_cols=2000: {writeup_diff:g}", (2000, writeup_diff), xytext=(-4, 4), ha="right",
-                     textcoords="offset points", fontsize=8, color="grey")
+    axes[1].annotate(f"writeup at n_cols={writeup_n_cols}: {writeup_diff:g}", (writeup_n_cols, writeup_diff),
+                     xytext=(-4, 4), ha="right", textcoords="offset points", fontsize=8, color="grey")
     for ax in axes:
         ax.text(block, 0.02, f" BLOCK_SIZE={block}", color="red", fontsize=9, transform=ax.get_xaxis_transform())
     fig.suptitle(f"softmax: the hard-coded BLOCK_SIZE bug vs the fix ({device_of(df)})")
+    fig.tight_layout()
+    return fig
+
+
+def attention_head_dims(df: pd.DataFrame) -> plt.Figure:
+    """Max error against fp64 per head dim: the writeup's kernel as printed and with the head-dim mask."""
+    d = _measured(df)
+    d = d[d["metric"] == "max_abs_diff"]
+    if d.empty:
+        return placeholder("attention: error vs head dim", df)
+    d = d.assign(series=d["provider"].map({"triton_writeup": "as printed", "triton": "with the head-dim mask"})
+                 .fillna(d["provider"]) + ", " + d["dtype"])
+    fig, ax = plt.subplots(figsize=(8, 4.4))
+    sns.lineplot(data=d, x="d", y="value", hue="series", style="series", markers=True, dashes=False, ax=ax)
+    for dim in sorted(d["d"].unique()):
+        if int(dim) & (int(dim) - 1) == 0:
+            ax.axvline(dim, color="grey", lw=0.6, ls=":")
+    ax.set(yscale="log", xlabel="head dim d (dotted: powers of two)", ylabel="max |out - fp64 reference| (log)",
+           title=f"the writeup's attention kernel at every head dim, n_q={int(d['n_q'].iloc[0])}, "
+                 f"n_k={int(d['n_k'].iloc[0])} ({device_of(df)})")
+    ax.title.set_fontsize(9)
+    sns.move_legend(ax, "best", fontsize=8, title=None)
     fig.tight_layout()
     return fig
 
@@ -92,8 +118,9 @@ def dropout_rates(df: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def bandwidth(tables: dict[str, pd.DataFrame], copy_gbps: float | None) -> plt.Figure:
-    """Memory-bound kernels: achieved GB/s per provider with p20-p80 bands, and the copy ceiling."""
+def bandwidth(tables: dict[str, pd.DataFrame], copy: dict[str, float | None]) -> plt.Figure:
+    """Memory-bound kernels: achieved GB/s per provider with p20-p80 bands, and the copy ceiling each
+    kernel's job measured on its GPU."""
     measured = {k: forward(v) for k, v in tables.items()}
     if all(v.empty for v in measured.values()):
         return placeholder("memory-bound kernels: bandwidth", pd.concat(tables.values()))
@@ -103,6 +130,7 @@ def bandwidth(tables: dict[str, pd.DataFrame], copy_gbps: float | None) -> plt.F
         if kernel == "softmax":
             d = d[d["dtype"] == d["dtype"].iloc[0]].assign(provider=lambda f: f["provider"] + " " + f["dtype"])
         _band(ax, d, x, "provider", "bandwidth")
+        copy_gbps = copy.get(kernel)
         if copy_gbps:
             ax.axhline(copy_gbps, color="black", ls="--", lw=1)
             ax.text(ax.get_xlim()[0], copy_gbps, f" device copy, measured: {copy_gbps:.0f} GB/s", va="bottom",
@@ -113,22 +141,39 @@ def bandwidth(tables: dict[str, pd.DataFrame], copy_gbps: float | None) -> plt.F
     return fig
 
 
+def _outcome(df: pd.DataFrame) -> pd.Series:
+    """Per launch: 'ran, correct' only where its 'matches' row says so (FlashAttention rule), else why not."""
+    judged = df[df["metric"] == "matches"].set_index(["series", "n_k"])["value"].astype(bool)
+    out = df["status"].map({"out_of_resources": "failed: out of shared memory",
+                            "compiled_only": "compiled for sm_90 only"})
+    ran = df["status"] == "ok"
+    right = [judged.get((s, n)) for s, n in zip(df["series"], df["n_k"])]
+    out[ran] = ["ran, correct" if r else "ran, WRONG" if r is not None else "ran, not judged"
+                for r, is_ran in zip(right, ran) if is_ran]
+    return out.fillna(df["status"])
+
+
 def wall(attn: pd.DataFrame, flash: pd.DataFrame) -> plt.Figure:
-    """Top: which n_k each kernel handles (the writeup's fails at its wall, flash runs on). Bottom: the
-    shared memory the writeup's kernel asks for against the per-block limit."""
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 7.5), height_ratios=[1.1, 1])
-    a = attn[(attn["metric"] != "shared_required") | (attn["status"] != "ok")].copy()  # one point per launch
-    a["series"] = "writeup attention, " + a["dtype"] + " d=" + a["d"].astype(int).astype(str)
-    f = flash[flash["metric"] == "max_abs_diff"].copy()
-    f["series"] = "flash_attention, " + f["dtype"] + " d=" + f["d"].astype(int).astype(str)
+    """Top: which n_k each kernel handles (the writeup's fails at its wall, flash runs on), each length its
+    own column so that 2^i and 2^i + 1 never hide each other. Bottom: the shared memory the writeup's
+    kernel asks for against the per-block limit."""
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(10, 7.5), height_ratios=[1.1, 1])
+    attn, flash = attn[attn["n_k"].notna()], flash[flash["n_k"].notna()]  # not the memory rows
+    a = attn.assign(series="writeup attention, " + attn["dtype"] + " d=" + attn["d"].astype(int).astype(str))
+    f = flash.assign(series="flash_attention, " + flash["dtype"] + " d=" + flash["d"].astype(int).astype(str))
     both = pd.concat([a, f], ignore_index=True)
-    both["outcome"] = both["status"].map({"ok": "ran, correct", "out_of_resources": "failed: out of shared memory",
-                                          "compiled_only": "compiled for sm_90 only"}).fillna(both["status"])
-    sns.scatterplot(data=both, x="n_k", y="series", hue="outcome", style="outcome", s=60, ax=ax,
-                    markers={"ran, correct": "o", "failed: out of shared memory": "X", "compiled for sm_90 only": "s"},
-                    palette={"ran, correct": "tab:green", "failed: out of shared memory": "tab:red",
-                             "compiled for sm_90 only": "tab:grey"})
-    ax.set(xscale="log", xlabel="n_k (keys; powers of two and one past each)", ylabel="")
+    both["outcome"] = _outcome(both)
+    points = both[(both["metric"] == "max_abs_diff") | (both["status"] != "ok")]  # one point per launch
+    order = sorted(int(n) for n in points["n_k"].unique())
+    points = points.assign(column=points["n_k"].astype(int).map({n: i for i, n in enumerate(order)}))
+    styles = {"ran, correct": ("o", "tab:green"), "ran, WRONG": ("D", "tab:orange"), "ran, not judged": ("o", "tab:olive"),
+              "failed: out of shared memory": ("X", "tab:red"), "compiled for sm_90 only": ("s", "tab:grey")}
+    present = [o for o in styles if o in set(points["outcome"])]
+    sns.scatterplot(data=points, x="column", y="series", hue="outcome", style="outcome", s=60, ax=ax, hue_order=present,
+                    style_order=present, markers={o: styles[o][0] for o in present},
+                    palette={o: styles[o][1] for o in present})
+    ax.set_xticks(range(len(order)), [str(n) for n in order], rotation=60, fontsize=7)
+    ax.set(xlabel="n_k (keys; powers of two and one past each, one column each)", ylabel="")
     ax.set_title(f"attention: the shared-memory wall ({device_of(both)})")
     need = attn[attn["metric"] == "shared_required"].copy()
     need["series"] = need["dtype"] + " d=" + need["d"].astype(int).astype(str)
@@ -136,8 +181,8 @@ def wall(attn: pd.DataFrame, flash: pd.DataFrame) -> plt.Figure:
     limit = attn["shared_limit"].dropna() if "shared_limit" in attn else pd.Series(dtype=float)
     if len(limit):
         ax2.axhline(limit.iloc[0] / 1024, color="red", ls="--", lw=1)
-        ax2.text(need["n_k"].min(), limit.iloc[0] / 1024, f" limit per block: {int(limit.iloc[0])} B", color="red",
-                 va="bottom", fontsize=8)
+        ax2.text(need["n_k"].min(), limit.iloc[0] / 1024, f" limit per block: {limit.iloc[0] / 1024:.0f} KiB",
+                 color="red", va="bottom", fontsize=8)
     ax2.set(xscale="log", yscale="log", xlabel="n_k", ylabel="shared memory asked for (KiB)",
             title="shared memory the writeup's kernel needs (compiled for sm_90)")
     fig.tight_layout()
@@ -150,7 +195,7 @@ def flash_performance(df: pd.DataFrame, matmul_tflops: float | None) -> plt.Figu
     if d.empty:
         return placeholder("flash_attention: TFLOP/s vs SDPA", df)
     d = d.assign(case=lambda f: f["variant"] + ", d=" + f["d"].astype(int).astype(str)
-                 + f["causal"].astype(bool).map({True: ", causal", False: ""}))
+                 + f["causal"].astype(bool).map({True: ", causal", False: ", not causal"}))
     cases = sorted(d["case"].unique())
     cols = 4
     rows = -(-len(cases) // cols)
@@ -162,8 +207,9 @@ def flash_performance(df: pd.DataFrame, matmul_tflops: float | None) -> plt.Figu
         ax.set(xscale="log", xlabel="sequence length", ylabel="TFLOP/s", title=case)
     for ax in axes.flat[len(cases):]:
         ax.set_axis_off()
-    fig.suptitle(f"flash_attention vs SDPA backends, {d['dtype'].iloc[0]}, B={int(d['batch'].iloc[0])} "
-                 f"H={int(d['heads'].iloc[0])} (dashed: measured bf16 matmul) ({device_of(df)})")
+    tokens = int((d["batch"] * d["seq"]).max())
+    fig.suptitle(f"flash_attention vs SDPA backends, {d['dtype'].iloc[0]}, batch x seq = {tokens} (batch = {tokens} / seq), "
+                 f"H={int(d['heads'].iloc[0])} (dashed: bf16 matmul measured by the same job) ({device_of(df)})")
     fig.tight_layout()
     return fig
 
@@ -253,7 +299,7 @@ def flash_vs_best_sdpa(wide: pd.DataFrame, device: str) -> plt.Figure:
     if wide.empty or "triton/best_sdpa" not in wide:
         return needs_gpu("flash_attention / best SDPA", device)
     d = wide.assign(case=lambda w: w["variant"] + ", d=" + w["d"].astype(int).astype(str)
-                    + w["causal"].astype(bool).map({True: ", causal", False: ""}))
+                    + w["causal"].astype(bool).map({True: ", causal", False: ", not causal"}))
     fig, ax = plt.subplots(figsize=(9.5, 4.4))
     sns.lineplot(data=d, x="seq", y="triton/best_sdpa", hue="case", style="variant", marker="o", ax=ax)
     ax.axhline(1.0, color="black", lw=1)

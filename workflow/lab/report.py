@@ -13,19 +13,25 @@ from .table import PROVENANCE, atomic_path
 
 CAPTIONS = Path(__file__).resolve().parents[1] / "report"  # <figure name>.rst, shared with `snakemake --report`
 
-# Which kernel each provider name in the tables is.
+# Which kernel each provider name in the tables is, and how the project's kernels deviate from the writeup's.
 PROVIDERS = {
-    "triton_writeup": "the writeup's kernel as written: `kernels.relu_dropout_writeup` (one `tl.rand` per element); "
-                      "for softmax `kernels.softmax_writeup` (one block per row, sized to the row: the writeup's fix; "
-                      "`softmax_writeup(x, 1024)` is its bug); "
-                      "for attention `kernels.attention` (all of K/V at once, BLOCK_Q=16, BLOCK_K=next_power_of_2(n_k), "
-                      "BLOCK_V=next_power_of_2(d): the writeup does not show its launcher)",
+    "triton_writeup": "the writeup's kernel as printed: `kernels.vector_add_writeup` (int32 offsets), "
+                      "`kernels.relu_dropout_writeup` (one `tl.rand` per element, int32 offsets), "
+                      "`kernels.softmax_writeup` (one block per row sized to the row: the writeup's fix; "
+                      "`softmax_writeup(x, 1024)` is its bug; for fp16/bf16 inputs it computes in fp32, the one "
+                      "change, which fp32 inputs - every claim's - do not see), `kernels.attention_writeup` "
+                      "(all of K/V at once, row masks only, BLOCK_Q=16, BLOCK_K=next_power_of_2(n_k), "
+                      "BLOCK_V=next_power_of_2(d); the writeup shows no launcher: this one pads each tensor with "
+                      "BLOCK_V - d zeros so that reads past a row stay in memory it owns)",
+    "triton": "`kernels.vector_add`: the writeup's add kernel, variant `int64_offsets` (64-bit offsets where a size "
+              "needs them); `kernels.attention`: the writeup's attention kernel, variant `head_dim_mask` (every load "
+              "and store also masked along d)",
     "triton_fused": "the project's improved kernel: `kernels.relu_dropout` (`tl.rand4x`, four draws per Philox call; "
-                    "backward `kernels.relu_dropout_backward`, the mask drawn again from the seed) or `kernels.softmax` "
-                    "(narrow rows share a program, wide rows are split over a group of programs; backward "
-                    "`kernels.softmax_backward`)",
-    "triton": "`kernels.vector_add`, the writeup's kernel",
-    "triton_flash": "`kernels.flash_attention`, the rung the writeup did not climb (tiled online softmax, fwd + bwd)",
+                    "64-bit offsets and two-word counters past 2^31; backward `kernels.relu_dropout_backward`, the mask "
+                    "drawn again from the seed) or `kernels.softmax` (narrow rows share a program, wide rows are split "
+                    "over a group of programs: any width; backward `kernels.softmax_backward`)",
+    "triton_flash": "`kernels.flash_attention`, the rung the writeup did not climb (tiled online softmax, fwd + bwd; "
+                    "one grid axis, so any batch x heads)",
     "torch_unfused": "`dropout(relu(x))`: two torch kernels; backward through autograd",
     "torch_softmax": "`torch.softmax`; backward `torch._softmax_backward_data`, the kernel autograd runs",
     "torch_naive": "softmax as five torch ops (max, subtract, exp, sum, divide)",
@@ -75,18 +81,60 @@ def _provenance(tables: dict[str, pd.DataFrame]) -> str:
             + _md_table(origin))
 
 
+def _needs(tables: dict[str, pd.DataFrame], keys, build) -> str:
+    """build(tables) when this run has every table in ``keys``; otherwise says which are missing."""
+    missing = [k for k in keys if k not in tables]
+    if missing:
+        return "\n" + "; ".join(f"Not settled: `{k}` missing (not in this run)." for k in missing) + "\n"
+    return build(tables)
+
+
 def _performance(tables: dict[str, pd.DataFrame]) -> str:
+    if not any(not summary.ok(d).empty for k, d in tables.items() if k.endswith("/performance")):
+        return ("Not measured: this run used Triton's interpreter (or timed nothing), and timing needs a GPU. The "
+                "committed GPU run is under `results/nvidia-h200/`.")
+    out = ["Medians of `triton.testing.do_bench`; p20/p80 are in the tables. Every fraction of a ceiling divides by "
+           "the copy bandwidth or bf16 matmul rate that the same job measured on its own GPU before it started "
+           "(columns `copy_gbps`, `matmul_tflops` of each table)."]
+    out.append(_needs(tables, ["calibration/ceilings"], _calibration))
+    out.append(_needs(tables, [f"{k}/performance" for k in summary.MEMORY_BOUND], _memory_bound))
+    out.append(_needs(tables, ["relu_dropout/performance", "softmax/performance"], _fusion))
+    out.append(_needs(tables, ["softmax/performance", "relu_dropout/performance"], _softmax_widths))
+    out.append(_needs(tables, ["relu_dropout/performance", "softmax/performance", "attention/performance"],
+                      _improvements))
+    out.append(_needs(tables, ["attention/performance", "attention/wall"], _attention))
+    out.append(_needs(tables, ["flash_attention/past_wall"], _flash_memory))
+    out.append(_needs(tables, ["flash_attention/performance"], _flash))
+    return "\n".join(out)
+
+
+def _calibration(tables) -> str:
     ceil = summary.ceilings(tables["calibration/ceilings"])
     if not ceil:
-        return ("Not measured: this run used Triton's interpreter, and timing needs a GPU. The committed GPU run "
-                "is under `results/nvidia-h200/`.")
-    out = [f"Ceilings measured in this run on {ceil['device']}: device-to-device copy **{ceil['copy_gbps']:.0f} GB/s**, "
-           f"bf16 matmul **{ceil['matmul_tflops']:.0f} TFLOP/s**, shared memory per block "
-           f"**{ceil['shared_memory_per_block']} B**. Medians of `triton.testing.do_bench`; p20/p80 are in the tables."]
-    out.append("\n### Memory-bound kernels: best median bandwidth and fraction of the copy ceiling\n")
+        return ""
+    return (f"\nThe calibration job on {ceil['device']}: device-to-device copy **{ceil['copy_gbps']:.0f} GB/s**, "
+            f"bf16 matmul **{ceil['matmul_tflops']:.0f} TFLOP/s**, shared memory per block "
+            f"**{ceil['shared_memory_per_block']} B**. Each timing job's own ceilings:\n\n" + _md_table(pd.DataFrame(
+                [{"table": f"`{k}`", "copy GB/s": summary.own_ceiling(d, "copy_gbps"),
+                  "bf16 matmul TFLOP/s": summary.own_ceiling(d, "matmul_tflops")}
+                 for k, d in sorted(tables.items()) if k.endswith("/performance") and not summary.ok(d).empty]), ".4g"))
+
+
+def _copy(tables, kernel: str) -> float | None:
+    return summary.own_ceiling(tables[f"{kernel}/performance"], "copy_gbps", tables.get("calibration/ceilings"))
+
+
+def _memory_bound(tables) -> str:
+    out = ["\n### Memory-bound kernels: best median bandwidth and fraction of the copy ceiling\n"]
     for kernel, x in summary.MEMORY_BOUND.items():
-        peak = summary.peak_bandwidth(tables[f"{kernel}/performance"], ceil["copy_gbps"], x)
-        out.append(f"**{kernel}**\n\n" + _md_table(peak) + "\n")
+        copy = _copy(tables, kernel)
+        if copy:
+            out.append(f"**{kernel}**\n\n" + _md_table(summary.peak_bandwidth(tables[f"{kernel}/performance"], copy, x)) + "\n")
+    return "\n".join(out)
+
+
+def _fusion(tables) -> str:
+    out = []
     f = summary.fusion(tables)
     for kernel, g in f.groupby("kernel", sort=False) if not f.empty else ():
         wide = g.pivot_table(index="size", columns="pair", values="time_ratio")
@@ -94,37 +142,48 @@ def _performance(tables: dict[str, pd.DataFrame]) -> str:
         wide.index.name = dict((k, x) for k, _, _, x in summary.FUSION)[kernel]
         out.append(f"\n### What fusion buys, {kernel}: unfused time / fused time (median; > 1: fused is faster)\n\n"
                    + _md_table(wide.reset_index(), ".2f"))
-    out.append(_softmax_widths(tables, ceil["copy_gbps"]))
-    out.append(_improvements(tables))
+    return "\n".join(out)
+
+
+def _attention(tables) -> str:
+    out = []
     att = summary.median(tables["attention/performance"], "throughput")
     if not att.empty:
         wide = att.pivot_table(index=["n_q", "d", "dtype"], columns="provider", values="value").reset_index()
         out.append("\n### The writeup's attention kernel vs flash_attention and SDPA, TFLOP/s (one head, where it runs)"
                    "\n\n" + _md_table(wide))
-    w = summary.wall(tables["attention/wall"])
-    out.append("\n### The wall\n\n" + _md_table(w))
+    out.append("\n### The wall\n\n" + _md_table(summary.wall(tables["attention/wall"])))
+    return "\n".join(out)
+
+
+def _flash_memory(tables) -> str:
     mem = summary.ok(tables["flash_attention/past_wall"], metric="peak_extra_memory")
-    if not mem.empty:
-        mem = mem.astype({"seq": int, "heads": int, "d": int})
-        wide = mem.pivot_table(index=["seq", "heads", "d", "dtype"], columns="provider", values="value") / 2**20
-        wide.columns.name = None
-        out.append("\n### Peak memory beyond q, k, v for one forward, MiB\n\n" + _md_table(wide.reset_index(), ".6g"))
+    if mem.empty:
+        return ""
+    mem = mem.astype({"seq": int, "heads": int, "d": int})
+    wide = mem.pivot_table(index=["seq", "heads", "d", "dtype"], columns="provider", values="value") / 2**20
+    wide.columns.name = None
+    return "\n### Peak memory beyond q, k, v for one forward, MiB\n\n" + _md_table(wide.reset_index(), ".6g")
+
+
+def _flash(tables) -> str:
     perf = tables["flash_attention/performance"]
-    f = summary.flash_vs_sdpa(perf, ceil["matmul_tflops"])
-    if not f.empty:
-        out.append(f"\n### flash_attention vs SDPA backends, median TFLOP/s (bf16, batch x seq = "
-                   f"{int(f['batch'].mul(f['seq']).max())})\n\n" + FLOPS + " `best_sdpa` is the fastest SDPA backend at "
-                   "each point, and `triton/best_sdpa` the ratio against it.\n\n" + _md_table(f))
-        out.append(_call_cost(perf))
-        tiles = summary.median(perf, "throughput", provider="triton_flash")
-        cols = [c for c in tiles.columns if c.startswith("tile_")]
-        if cols:
-            used = tiles[["variant", "d", "causal", "seq", *cols]].sort_values(["variant", "d", "causal", "seq"])
-            out.append("\nTiles chosen for flash_attention (each length is its own bucket here):\n\n" + _md_table(used))
-        tuned = summary.tuning(perf)
-        if not tuned.empty:
-            out.append("\nWhat tuning bought, per kernel (each bucket's candidates timed on the caller's tensors, "
-                       "median of a CUDA graph replay; the first candidate is what runs untuned):\n\n" + _md_table(tuned))
+    f = summary.flash_vs_sdpa(perf, summary.own_ceiling(perf, "matmul_tflops", tables.get("calibration/ceilings")))
+    if f.empty:
+        return ""
+    out = [f"\n### flash_attention vs SDPA backends, median TFLOP/s (bf16, batch x seq = "
+           f"{int(f['batch'].mul(f['seq']).max())}, causal and not)\n\n" + FLOPS + " `best_sdpa` is the fastest SDPA "
+           "backend at each point, and `triton/best_sdpa` the ratio against it.\n\n" + _md_table(f)]
+    out.append(_call_cost(perf))
+    tiles = summary.median(perf, "throughput", provider="triton_flash")
+    cols = [c for c in tiles.columns if c.startswith("tile_")]
+    if cols:
+        used = tiles[["variant", "d", "causal", "seq", *cols]].sort_values(["variant", "d", "causal", "seq"])
+        out.append("\nTiles chosen for flash_attention (each length is its own bucket here):\n\n" + _md_table(used))
+    tuned = summary.tuning(perf)
+    if not tuned.empty:
+        out.append("\nWhat tuning bought, per kernel (each bucket's candidates timed on the caller's tensors, "
+                   "median of a CUDA graph replay; the first candidate is what runs untuned):\n\n" + _md_table(tuned))
     return "\n".join(out)
 
 
@@ -151,10 +210,10 @@ def _call_cost(perf: pd.DataFrame) -> str:
     return text
 
 
-def _softmax_widths(tables: dict[str, pd.DataFrame], copy_gbps: float) -> str:
+def _softmax_widths(tables: dict[str, pd.DataFrame]) -> str:
     """The project's softmax against torch's at every row width, forward and backward; relu+dropout's
     backward beside its forward."""
-    w = summary.softmax_widths(tables["softmax/performance"], copy_gbps)
+    w = summary.softmax_widths(tables["softmax/performance"], _copy(tables, "softmax"))
     if w.empty:
         return ""
     out = ["\n### softmax at every row width, median GB/s (inputs of the same size; `torch/triton time` > 1: the "
@@ -171,7 +230,8 @@ def _softmax_widths(tables: dict[str, pd.DataFrame], copy_gbps: float) -> str:
                         "torch/triton time", "triton/copy") if c in w]
     out.append("\n" + _md_table(w[cols].astype({"n_cols": int, "n_rows": int})))
     dr = summary.median(tables["relu_dropout/performance"], "bandwidth", provider="triton_fused")
-    if "direction" in dr and dr["direction"].nunique() > 1:
+    copy_gbps = _copy(tables, "relu_dropout")
+    if "direction" in dr and dr["direction"].nunique() > 1 and copy_gbps:
         big = dr[dr["size"] == dr["size"].max()].set_index("direction")["value"]
         out.append(f"\nrelu+dropout at {int(dr['size'].max())} elements: forward {big['forward'] / copy_gbps:.3f} of copy, "
                    f"backward (the mask drawn again from the seed; read x and dy, write dx) "
@@ -235,15 +295,18 @@ def build(tables: dict[str, pd.DataFrame], claims_path: str, figures: list[str],
         claims = yaml.safe_load(fh)
     verdicts = claims_mod.settle(claims, tables)
     fig_dir = os.path.relpath(os.path.dirname(figures[0]), os.path.dirname(out_path)) if figures else "figures"
+    drawn = {Path(f).stem for f in figures}
     table = verdicts.assign(
-        figure=lambda d: d["figure"].map(lambda f: f"[{f}.png]({fig_dir}/{f}.png)" if f else ""),
+        figure=lambda d: d["figure"].map(lambda f: f"[{f}.png]({fig_dir}/{f}.png)" if f in drawn else ""),
         said=lambda d: "\"" + d["said"] + "\"")[["id", "claim", "said", "measured", "verdict", "figure"]]
     counts = verdicts["verdict"].value_counts()
     tally = ", ".join(f"{n} {v}" for v, n in counts.items())
     parts = [
         f"# Triton kernel lab: report for `{Path(out_path).parent.name}`",
-        "Every claim of the writeup, settled by this run's tables. Verdicts: reproduced / reproduced with a nuance / "
-        "not reproduced / needs a GPU (never guessed: a claim this run could not measure says so).",
+        "Every claim of the writeup, settled by this run's tables, then three findings (18-20): the writeup's lesson, "
+        "\"test the case you didn't think to test\", applied to its own kernels. Verdicts: reproduced / reproduced "
+        "with a nuance / false as stated; the point holds / not reproduced / needs a GPU / not settled (never guessed: "
+        "a claim this run could not measure says so).",
         "## Provenance\n\n" + _provenance(tables),
         "## Claims\n\n" + tally + "\n\n" + _md_table(table),
         "## Schedule\n\n" + _schedule(Path(out_path).parent),

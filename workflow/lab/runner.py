@@ -28,7 +28,7 @@ def run(key: str, settings: dict, software: dict, code_hash: str, output: str, o
 
     import kernels
 
-    from . import provenance, runs, table
+    from . import measure, provenance, runs, table
 
     kernels.backend.select(backend)
     here = provenance.software(backend)
@@ -44,7 +44,8 @@ def run(key: str, settings: dict, software: dict, code_hash: str, output: str, o
     print(f"[{key}] backend={backend} settings={settings}", flush=True)
     fingerprint = provenance.fingerprint(settings, code_hash, software)
     try:
-        rows = exp.fn(settings)
+        ceilings = measure.ceiling_columns(settings) if exp.ceilings and backend == "gpu" else {}
+        rows = [{**r, **ceilings} for r in exp.fn(settings)]
     except Exception as e:  # this experiment's failure is its own: record it, let the others' results stand
         traceback.print_exc()
         rows = [table.row("not_measured", None, status="failed", error=f"{type(e).__name__}: {e}"[:2000])]

@@ -60,6 +60,15 @@ def ceilings(cal: pd.DataFrame) -> dict:
     }
 
 
+def own_ceiling(df: pd.DataFrame, name: str, cal: pd.DataFrame | None = None) -> float | None:
+    """The ceiling ('copy_gbps' or 'matmul_tflops') a timing table's job measured on its own GPU before it
+    started (lab.runner); a table from before that was recorded falls back to the calibration table's."""
+    d = ok(df)
+    if name in d and d[name].notna().any():
+        return float(d[name].dropna().iloc[0])
+    return ceilings(cal).get(name) if cal is not None else None
+
+
 def peak_bandwidth(df: pd.DataFrame, copy_gbps: float, x: str = "size") -> pd.DataFrame:
     """Best median bandwidth per provider (and direction, dtype), and its fraction of the measured copy
     bandwidth."""
@@ -132,21 +141,28 @@ def wall(attn: pd.DataFrame) -> pd.DataFrame:
 
 
 def ceiling_fractions(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """One row per (kernel, provider): best median throughput over the ceiling that bounds it."""
-    ceil = ceilings(tables["calibration/ceilings"])
-    if not ceil:
-        return pd.DataFrame()
-    rows = []
+    """One row per (kernel, provider): best median throughput over the ceiling that bounds it, each
+    measured by the same job on the same GPU."""
+    cal = tables["calibration/ceilings"]
+    rows, devices = [], set()
     for kernel, x in MEMORY_BOUND.items():
-        for r in peak_bandwidth(tables[f"{kernel}/performance"], ceil["copy_gbps"], x).itertuples():
+        perf = tables[f"{kernel}/performance"]
+        copy = own_ceiling(perf, "copy_gbps", cal)
+        if not copy or ok(perf).empty:
+            continue
+        devices.add(perf["device"].iloc[0])
+        for r in peak_bandwidth(perf, copy, x).itertuples():
             label = (f"{kernel}{' ' + r.direction if hasattr(r, 'direction') else ''} / {r.provider}"
                      + (f" {r.dtype}" if hasattr(r, "dtype") else ""))
             rows.append({"label": label, "fraction": r.fraction_of_copy, "ceiling": "device copy GB/s"})
-    flash = median(tables["flash_attention/performance"], "throughput")
-    for (provider, variant), g in flash.groupby(["provider", "variant"]):
-        rows.append({"label": f"attention {variant} / {provider}", "fraction": g["value"].max() / ceil["matmul_tflops"],
+    perf = tables["flash_attention/performance"]
+    matmul = own_ceiling(perf, "matmul_tflops", cal)
+    flash = median(perf, "throughput")
+    for (provider, variant), g in flash.groupby(["provider", "variant"]) if matmul else ():
+        devices.add(perf["device"].iloc[0])
+        rows.append({"label": f"attention {variant} / {provider}", "fraction": g["value"].max() / matmul,
                      "ceiling": "bf16 matmul TFLOP/s"})
-    return pd.DataFrame(rows).assign(device=ceil["device"])
+    return pd.DataFrame(rows).assign(device=", ".join(sorted(devices))) if rows else pd.DataFrame()
 
 
 def tuning(df: pd.DataFrame) -> pd.DataFrame:

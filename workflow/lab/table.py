@@ -2,7 +2,8 @@
 
 A row is one measurement: ``metric``, ``value``, ``unit``, the parameters that produced it, and a
 ``status`` ('ok', or what the result *is* when it is not a number: 'out_of_resources', 'needs_gpu',
-'unsupported', 'compiled_only'; 'failed' when the experiment raised, in a one-row table). Provenance
+'unsupported', 'compiled_only', 'raised' (the call under test raised: the error is the result),
+'crashed' (it killed its process); 'failed' when the experiment itself raised, in a one-row table). Provenance
 columns are added to every row so a table can always be traced to the device, software and config that
 made it.
 """
@@ -17,7 +18,7 @@ import pandas as pd
 from .provenance import COLUMNS as PROVENANCE
 
 COLUMNS = ["kernel", "experiment", "variant", "provider", "metric", "value", "unit", "status", "error"]
-STATUSES = ("ok", "out_of_resources", "needs_gpu", "unsupported", "compiled_only", "failed")
+STATUSES = ("ok", "out_of_resources", "needs_gpu", "unsupported", "compiled_only", "raised", "crashed", "failed")
 
 
 def row(metric: str, value, unit: str = "", *, status: str = "ok", error: str = "", **params) -> dict:

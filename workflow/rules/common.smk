@@ -50,6 +50,8 @@ def job_settings(exp):
         s["seed"] = config["seed"]
     if exp.timing:
         s["bench"] = config["bench"]
+    if exp.ceilings:
+        s["ceilings"] = config["calibration"]["ceilings"]
     return s
 
 
@@ -121,11 +123,13 @@ def experiment_params(kernel):
     )
 
 
-# Claims and figures name the tables they need: a gap fails here, before any job runs.
+# Claims name their checks, figures and probe points: a gap fails here, before any job runs. A figure is
+# drawn when this config produces its tables; a claim whose table it does not produce is 'not settled'.
 with open(os.path.join(ROOT, "workflow/claims.yaml")) as _fh:
     CLAIMS = yaml.safe_load(_fh)
-claims.check_declarations(CLAIMS, EXPERIMENTS, FIGURES)
-figures.check_declarations(EXPERIMENTS)
+claims.check_declarations(CLAIMS, FIGURES)
+claims.check_probes(CLAIMS, config)
+DRAWN = figures.drawable(EXPERIMENTS)
 
 
 def compared_tables(wildcards):

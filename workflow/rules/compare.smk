@@ -1,6 +1,7 @@
 # Two runs side by side (before/after a change, two GPUs, two Triton versions):
 #   snakemake --cores 1 results/compare/nvidia-h200_vs_nvidia-h200-seed1.md
-# Both runs must exist under results/; neither is rerun (their tables are read as they are).
+# Both runs must exist under results/; neither is rerun (their tables are read as they are). The claims'
+# verdicts are settled again from each run's tables, with the checks and claims.yaml of this checkout.
 COMPARE_CODE = code_of("lab.compare") + ["workflow/scripts/compare.py"]
 
 
@@ -8,9 +9,11 @@ rule compare:
     localrule: True
     input:
         unpack(compared_tables),
+        claims="workflow/claims.yaml",
         code=[ancient(f) for f in COMPARE_CODE],
     output:
         markdown="results/compare/{a}_vs_{b}.md",
+        table="results/compare/{a}_vs_{b}.parquet",
         figure=report("results/compare/{a}_vs_{b}.png", caption="../report/compare.rst", category="Comparison"),
     wildcard_constraints:
         a=r"(?:(?!_vs_)[A-Za-z0-9._-])+",

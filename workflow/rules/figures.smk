@@ -2,7 +2,7 @@
 # the plotting code as input, and a caption (workflow/report/<name>.rst) for `snakemake --report`.
 FIGURE_CODE = code_of("lab.figures") + ["workflow/scripts/figure.py", "workflow/claims.yaml"]  # what was said
 
-for _name, _fig in FIGURES.items():
+for _name, _fig in DRAWN.items():
 
     rule:
         name:

@@ -9,7 +9,7 @@ rule report:
     input:
         **{input_name(key): table(key) for key in EXPERIMENTS},
         claims="workflow/claims.yaml",
-        figures=[figure(name) for name in FIGURES],
+        figures=[figure(name) for name in DRAWN],
         code=[ancient(f) for f in REPORT_CODE],
     output:
         markdown=REPORT,

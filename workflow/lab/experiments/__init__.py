@@ -8,7 +8,10 @@ job needs and what its table depends on:
 
 - ``timing``: it measures time, so it runs alone on its GPU, autotunes, and receives the ``bench``
   settings (which then are part of what determines its table);
-- ``seeded``: its inputs derive from ``seed`` (so ``--config seed=1`` reruns it, and only it).
+- ``seeded``: its inputs derive from ``seed`` (so ``--config seed=1`` reruns it, and only it);
+- ``ceilings`` (timing experiments): the job measures the copy bandwidth and the bf16 matmul rate on its
+  own GPU before it starts and records them on every row (columns copy_gbps, matmul_tflops), so every
+  fraction of a ceiling divides by a ceiling of the same GPU and job. It receives ``ceilings`` settings.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ class Experiment:
     fn: Callable[[dict], list[dict]]
     timing: bool
     seeded: bool
+    ceilings: bool
 
     @property
     def key(self) -> str:
@@ -39,10 +43,10 @@ class Experiment:
 _REGISTRY: dict[str, Experiment] = {}
 
 
-def experiment(*, timing: bool = False, seeded: bool = True):
+def experiment(*, timing: bool = False, seeded: bool = True, ceilings: bool | None = None):
     def register(fn):
         kernel = fn.__module__.rsplit(".", 1)[-1]
-        exp = Experiment(kernel, fn.__name__, fn, timing, seeded)
+        exp = Experiment(kernel, fn.__name__, fn, timing, seeded, timing if ceilings is None else ceilings)
         _REGISTRY[exp.key] = exp
         return fn
 

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import torch
 
-from ..measure import bench, is_gpu, timing_rows
+from ..measure import ceilings as measure_ceilings
+from ..measure import is_gpu, timing_rows
 from ..table import needs_gpu, row
 from . import experiment
 
 
-@experiment(timing=True, seeded=False)
+@experiment(timing=True, seeded=False, ceilings=False)  # it is the ceiling
 def ceilings(s: dict) -> list[dict]:
     if not is_gpu():
         return [needs_gpu("measuring the device's ceilings")]
@@ -22,12 +23,8 @@ def ceilings(s: dict) -> list[dict]:
     per_sm = getattr(torch_props, "shared_memory_per_multiprocessor", None)  # not in every torch
     if per_sm:
         rows.append(row("shared_memory_per_multiprocessor", per_sm, "bytes", provider="device"))
-    n_bytes = s["copy_bytes"]
-    src = torch.empty(n_bytes, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    rows += timing_rows(bench(lambda: dst.copy_(src), **s["bench"]), 2 * n_bytes / 1e9, "GB",
-                        provider="device_copy", bytes=2 * n_bytes)
-    n = s["matmul_n"]
-    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    rows += timing_rows(bench(lambda: a @ b, **s["bench"]), 2 * n**3 / 1e12, "TFLOP", provider="bf16_matmul", n=n)
+    n_bytes, n = s["copy_bytes"], s["matmul_n"]
+    times = measure_ceilings(n_bytes, n, **s["bench"])
+    rows += timing_rows(times["copy"], 2 * n_bytes / 1e9, "GB", provider="device_copy", bytes=2 * n_bytes)
+    rows += timing_rows(times["matmul"], 2 * n**3 / 1e12, "TFLOP", provider="bf16_matmul", n=n)
     return rows

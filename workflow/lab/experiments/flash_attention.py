@@ -1,5 +1,6 @@
 """FlashAttention (the next rung, claim 13): correctness of forward and gradients, running past the
-writeup's wall, memory that grows O(N), and speed against SDPA's backends."""
+writeup's wall, memory that grows O(N), past 2**31 elements and 65535 batch x heads (claim 20), and speed
+against SDPA's backends."""
 from __future__ import annotations
 
 import contextlib
@@ -10,7 +11,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ..measure import BF16_IN_INTERPRETER, QUANTILES, bench, is_gpu, lengths, randn, runnable, sdpa_backend_of, timing_rows
+from .. import isolated
+from ..measure import (BF16_IN_INTERPRETER, QUANTILES, bench, is_gpu, lengths, probe_rows, randn, runnable, sdpa_backend_of,
+                       timing_rows)
 from ..table import needs_gpu, row
 from ..verify import attention_eps, flash_errors, max_abs_diff, within_fa_rule
 from . import experiment
@@ -65,12 +68,60 @@ def past_wall(s: dict) -> list[dict]:
     from kernels import flash_attention, flash_attention_ref
 
     rows, d, dtype_name = [], s["head_dim"], s["dtype"]
+    eps = attention_eps(dtype_name, is_gpu())
     for n_k in lengths(s["log2_n_k"]):
         q, k, v = (randn([1, 1, n, d], dtype_name, s["seed"] + i) for i, n in enumerate((s["n_q"], n_k, n_k)))
-        out = flash_attention(q, k, v)
-        err = max_abs_diff(out, flash_attention_ref(q, k, v))
-        rows.append(row("max_abs_diff", err, dtype=dtype_name, d=d, n_k=n_k, n_q=s["n_q"], provider="triton_flash"))
+        ref = flash_attention_ref(q, k, v, dtype=torch.float64)
+        err = max_abs_diff(flash_attention(q, k, v), ref)
+        err_torch = max_abs_diff(flash_attention_ref(q, k, v, dtype=q.dtype), ref)
+        params = dict(dtype=dtype_name, d=d, n_k=n_k, n_q=s["n_q"], provider="triton_flash", eps=eps)
+        rows += [row("max_abs_diff", err, **params), row("torch_max_abs_diff", err_torch, **params),
+                 row("matches", within_fa_rule(err, err_torch, eps), "bool", **params)]
     return rows + _peak_memory(s)
+
+
+@experiment()
+def limits(s: dict) -> list[dict]:
+    """batch x heads past 65535 (a grid axis's limit) with more than 2**31 elements per tensor (GPU only),
+    forward and gradients, in its own process (a fault poisons the CUDA context)."""
+    b, h, n, d = s["batch"], s["heads"], s["seq"], s["head_dim"]
+    params = dict(provider="triton_flash", batch=b, heads=h, seq=n, d=d, dtype=s["dtype"], elements=b * h * n * d,
+                  eps=attention_eps(s["dtype"], True))
+    if not is_gpu():
+        return [needs_gpu(f"{b * h * n * d} elements per tensor (GPU memory)", **params)]
+    return probe_rows(isolated.call(_probe, b, h, n, d, s["dtype"], s["seed"]), **params)
+
+
+def _probe(b: int, h: int, n: int, d: int, dtype_name: str, seed: int) -> list[dict]:
+    """Forward and backward at full size; the output and gradients checked (FlashAttention rule) on the
+    first head, the head at batch x heads index 65535 (the first past axis 1's limit) and the last."""
+    from kernels import flash_attention, flash_attention_ref
+
+    q, k, v = _qkv(b, h, n, n, d, dtype_name, seed)
+    do = randn([b, h, n, d], dtype_name, seed + 7)
+    out = flash_attention(q, k, v)
+    out.backward(do)
+    torch.cuda.synchronize()
+    eps, results = attention_eps(dtype_name, True), []
+    for bh in (0, 65535, b * h - 1):
+        i, j = divmod(bh, h)
+
+        def head(t):
+            return t.detach()[i:i + 1, j:j + 1]
+
+        part = [head(t).clone().requires_grad_() for t in (q, k, v)]
+        mine = [head(out), *(head(t.grad) for t in (q, k, v))]
+        truth, same_precision = (_with_grads(flash_attention_ref(*part, dtype=dt), part, head(do))
+                                 for dt in (torch.float64, q.dtype))
+        for what, m, t64, tp in zip(("out", "dq", "dk", "dv"), mine, truth, same_precision):
+            err = max_abs_diff(m, t64)
+            results += [dict(metric="max_abs_diff", value=err, variant=what, bh=bh),
+                        dict(metric="matches", value=within_fa_rule(err, max_abs_diff(tp, t64), eps), variant=what, bh=bh)]
+    return results
+
+
+def _with_grads(out: torch.Tensor, inputs: list, do: torch.Tensor) -> tuple:
+    return (out, *torch.autograd.grad(out, inputs, do.to(out.dtype)))
 
 
 def _peak_memory(s: dict) -> list[dict]:

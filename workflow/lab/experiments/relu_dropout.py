@@ -1,13 +1,14 @@
 """Fused ReLU + dropout: correctness against a keep-mask (forward, and the backward that draws the mask
-again), the writeup's statistics (claims 2, 3), and fused vs unfused time and bytes, forward and
-backward (claim 12)."""
+again), the writeup's statistics and an exact same-seed reference (claims 2, 3, 15), sizes past 2**31
+elements (claim 20), and fused vs unfused time and bytes, forward and backward (claim 12)."""
 from __future__ import annotations
 
 import numpy as np
 import torch
 from scipy import stats
 
-from ..measure import BF16_IN_INTERPRETER, bench, device, generator, is_gpu, randn, runnable, timing_rows, ulps
+from .. import isolated
+from ..measure import BF16_IN_INTERPRETER, bench, device, generator, is_gpu, probe_rows, randn, runnable, timing_rows, ulps
 from ..measure import dtype as to_dtype
 from ..table import needs_gpu, row
 from . import experiment
@@ -51,10 +52,21 @@ def correctness(s: dict) -> list[dict]:
 
 
 def _kernels() -> dict:
-    """provider -> kernel: the writeup's as written, and the improved one."""
+    """provider -> kernel: the writeup's as printed, and the improved one."""
     from kernels import relu_dropout, relu_dropout_writeup
 
     return {"triton_writeup": relu_dropout_writeup, "triton_fused": relu_dropout}
+
+
+def _seed_uniforms(provider: str, seed: int, n: int) -> torch.Tensor:
+    """The uniform each element's keep decision compares with p, recomputed from the seed without Triton
+    (kernels._philox): the writeup's kernel draws tl.rand(seed, i) for element i; the improved one gives
+    element 4c + j output j of tl.rand4x(seed, c)."""
+    from kernels import _philox
+
+    if provider == "triton_writeup":
+        return _philox.uniform(seed, torch.arange(n, dtype=torch.int64)).to(device())
+    return _philox.uniform4x_elements(seed, n, device=device())
 
 
 @experiment()
@@ -86,6 +98,12 @@ def _statistics(relu_dropout, x: torch.Tensor, p: float, s: dict, params: dict) 
             rows.append(row("within_tolerance_single_seed", abs(rate - p) <= s["tolerance"], "bool",
                             tolerance=s["tolerance"], **params))
             rows.append(row("same_seed_identical", torch.equal(out, relu_dropout(x, p, seed)), "bool", **params))
+            # Given the seed the output is determined: compare it with one built from Philox alone.
+            keep = _seed_uniforms(params["provider"], seed, size) > torch.tensor(p, dtype=torch.float32)
+            ref = torch.where(keep, (x.float() / (1 - p)).to(x.dtype), 0.0)
+            rows.append(row("mask_equals_seed_reference", torch.equal(kept, keep), "bool", **params))
+            rows.append(row("allclose_seed_reference", torch.allclose(out, ref, rtol=s["reference_rtol"], atol=0),
+                            "bool", rtol=s["reference_rtol"], **params))
             other = relu_dropout(x, p, seed + 10_000) != 0
             rows.append(row("other_seed_mask_agreement", (other == kept).float().mean().item(), "fraction",
                             expected=p * p + (1 - p) * (1 - p), **params))
@@ -106,6 +124,43 @@ def _statistics(relu_dropout, x: torch.Tensor, p: float, s: dict, params: dict) 
     rows.append(row("max_abs_rate_error", np.abs(rates - p).max(), "fraction", seeds=seeds, sigma=sigma, **params))
     rows.append(row("survivor_max_ulp_error", max_ulp, "ulp", seeds=seeds, **params))
     return rows
+
+
+@experiment()
+def limits(s: dict) -> list[dict]:
+    """Past 2**31 elements (GPU only), each kernel in its own process (a fault poisons the CUDA context)."""
+    rows = []
+    for provider in _kernels():
+        params = dict(provider=provider, size=s["size"], p=s["p"], dtype=s["dtype"])
+        if not is_gpu():
+            rows.append(needs_gpu(f"{s['size']} elements (GPU memory)", **params))
+            continue
+        rows += probe_rows(isolated.call(_probe, provider, s["size"], s["p"], s["seed"], s["dtype"]), **params)
+    return rows
+
+
+def _probe(provider: str, n: int, p: float, seed: int, dtype_name: str) -> dict:
+    """Past 2**31: survivors scaled right, the tail's drop rate near p, and no wrap: the mask of element
+    2**31 + i is independent of element i's (agreement near p^2 + (1-p)^2, not 1). The improved kernel's
+    backward must draw the same mask there."""
+    from kernels import relu_dropout_backward
+
+    x = _positive(n, dtype_name, seed)
+    out = _kernels()[provider](x, p, seed)
+    torch.cuda.synchronize()
+    kept = out != 0
+    tail = slice(2**31, n)
+    head = slice(0, n - 2**31)
+    expect = ((x[tail].float() / (1 - p)).to(x.dtype))
+    result = {"tail_drop_rate": 1 - kept[tail].float().mean().item(),
+              "tail_survivors_max_ulp": ulps(out[tail][kept[tail]], expect[kept[tail]]).max().item(),
+              "tail_head_mask_agreement": (kept[tail] == kept[head]).float().mean().item(),
+              "expected_agreement": p * p + (1 - p) * (1 - p)}
+    if provider == "triton_fused":
+        del out
+        dx = relu_dropout_backward(torch.ones_like(x), x, p, seed)
+        result["backward_same_mask_tail"] = bool(torch.equal(dx[tail] != 0, kept[tail]))
+    return result
 
 
 @experiment(timing=True)

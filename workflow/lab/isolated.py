@@ -1,0 +1,42 @@
+"""Run one call in a fresh process, so that a fault it causes is a result, not the end of the job.
+
+A kernel that writes out of bounds leaves "CUDA error: an illegal memory access" behind, and the CUDA
+context of that process is unusable afterwards: every later call fails too. A probe that may fault
+(the writeup's kernels as printed, past 2**31 elements) therefore runs in a spawned child with the
+job's environment (backend, GPU); its outcome comes back as a status: 'ok' with what it measured,
+'raised' with the exception, or 'crashed' with the exit code when the child died without a word.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import traceback
+from typing import Callable
+
+
+def _child(conn, fn, args):
+    try:
+        conn.send(("ok", fn(*args)))
+    except BaseException as e:  # noqa: BLE001  (whatever it was, it is the result)
+        traceback.print_exc()
+        conn.send(("raised", f"{type(e).__name__}: {e}"[:2000]))
+    finally:
+        conn.close()
+
+
+def call(fn: Callable, *args, timeout_s: float = 900) -> dict:
+    """fn(*args) in a spawned process (fn must be importable by name). Returns {"status": "ok", "result":
+    what fn returned} or {"status": "raised" | "crashed", "error": text}."""
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(child, fn, args))
+    proc.start()
+    child.close()
+    message = parent.recv() if parent.poll(timeout_s) else None
+    proc.join(60)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+    if message is None:
+        return {"status": "crashed", "error": f"the process ended without a result (exit code {proc.exitcode})"}
+    status, payload = message
+    return {"status": "ok", "result": payload} if status == "ok" else {"status": "raised", "error": payload}
