@@ -31,7 +31,10 @@ def call(fn: Callable, *args, timeout_s: float = 900) -> dict:
     proc = ctx.Process(target=_child, args=(child, fn, args))
     proc.start()
     child.close()
-    message = parent.recv() if parent.poll(timeout_s) else None
+    try:
+        message = parent.recv() if parent.poll(timeout_s) else None
+    except EOFError:  # the child died before it could send anything
+        message = None
     proc.join(60)
     if proc.is_alive():
         proc.kill()
