@@ -51,6 +51,17 @@ def _bool(d: pd.DataFrame, metric: str, **where) -> pd.Series:
     return ok(d, metric=metric, **where)["value"].astype(bool)
 
 
+def _first_line(error: str) -> str:
+    """The line of an error text that says what happened (CUDA and compiler errors carry hints and source
+    lines around it)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    for mark in ("illegal memory", "exceeds", "out of resource", "Error"):
+        for line in lines:
+            if mark in line:
+                return line[:200]
+    return lines[0][:200] if lines else ""
+
+
 def _skipped(d: pd.DataFrame) -> str:
     n = int((d["status"] == "needs_gpu").sum())
     return f" ({n} bf16 cases need a GPU: not run in the interpreter)" if n else ""
@@ -71,7 +82,7 @@ def vector_add_exact(t, s):
 
 
 def _by_provider(d: pd.DataFrame):
-    """The statistics table per kernel: the writeup's as written first, then the improved one."""
+    """A table per kernel (provider): the writeup's as printed first, then the others."""
     order = {"triton_writeup": 0}
     for provider in sorted(d["provider"].unique(), key=lambda p: (order.get(p, 1), p)):
         yield provider, d[d["provider"] == provider]
@@ -218,7 +229,7 @@ def softmax_sweep(t, s):
     past = (broke["n_cols"] > max_block).all()
     measured += (f"; dynamic raises at n_cols = {', '.join(str(int(x)) for x in sorted(broke['n_cols']))}, where "
                  f"next_power_of_2(n_cols) exceeds Triton's largest block ({max_block} elements): "
-                 f"\"{broke['error'].iloc[0].splitlines()[0][:160]}\"")
+                 f"\"{_first_line(broke['error'].iloc[0])}\"")
     if past:
         return (measured + " - it does break, loudly, past 2^20 columns; below that it never does"), FALSE_POINT_HOLDS
     return measured, NOT_REPRODUCED
@@ -267,7 +278,7 @@ def attention_wall(t, s):
         return measured, NOT_REPRODUCED
     walls = failed["first n_k that failed"]
     err = d[d["status"] == "out_of_resources"]["error"]
-    measured += (f". The failure is an exception at launch (\"{err.iloc[0].splitlines()[0]}\"); "
+    measured += (f". The failure is an exception at launch (\"{_first_line(err.iloc[0])}\"); "
                  + (f"the wall moves with head dim and dtype (n_k = {walls.min()}..{walls.max()})"
                     if walls.nunique() > 1 else f"the wall is at n_k = {walls.iloc[0]} in every case"))
     if len(wrong):
@@ -508,7 +519,7 @@ def softmax_past_largest_block(t, s):
     widths = sorted(int(x) for x in ok(wide, metric="matches_torch")["n_cols"].unique())
     gpu_only = sorted(int(x) for x in wide[wide["status"] == "needs_gpu"]["n_cols"].dropna().unique())
     text = (f"the writeup's fix at n_cols={s['n_cols']}: "
-            + (f"raises \"{raised.splitlines()[0][:200]}\"" if raised else "ran, max |diff| "
+            + (f"raises \"{_first_line(raised)}\"" if raised else "ran, max |diff| "
                + (f"{r['max_abs_diff']:.2g}" if r else "(not measured)"))
             + f"; the project's softmax, forward and backward, within atol at {int(right.sum())}/{len(right)} cases, "
             f"widths {widths or 'none'}" + (f" (widths {gpu_only} need a GPU)" if gpu_only else ""))
@@ -560,7 +571,7 @@ def past_int32(t, s):
                 outcome = "correct" if right else "WRONG"
             else:
                 right = False
-                outcome = f"{status}: {str(g['error'].iloc[0]).splitlines()[-1][:160]}"
+                outcome = f"{status}: {_first_line(g['error'].iloc[0])}"
             if provider == "triton_writeup":
                 writeup_broke &= not right
             else:
@@ -613,7 +624,7 @@ def settle(claims: list[dict], tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
         if missing:
             measured, verdict = "; ".join(f"not settled: {k} missing (not in this run)" for k in missing), NOT_SETTLED
         elif failed:
-            measured = "; ".join(f"not settled: the {k} job failed ({d['error'].iloc[0].splitlines()[0][:200]})"
+            measured = "; ".join(f"not settled: the {k} job failed ({_first_line(d['error'].iloc[0])})"
                                  for k, d in failed.items())
             verdict = NOT_SETTLED
         else:

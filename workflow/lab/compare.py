@@ -17,7 +17,7 @@ from scipy.stats import gmean
 
 from . import claims as claims_mod
 from .provenance import COLUMNS as PROVENANCE
-from .table import read
+from .table import CEILINGS, read
 
 # Run-to-run spread of GPU timings across processes and machines (boost clocks, temperature, which GPU,
 # where memory lands) is typically a few percent, even where one run's own p20..p80 band is under 1%:
@@ -33,7 +33,7 @@ LAUNCH_BOUND_MS = 0.020
 TIMED = ("throughput", "bandwidth", "time_ms")  # time_ms only where a point has neither of the others
 VERDICTS = ("same", "better", "worse")
 # Columns that describe a measurement's outcome or the machine's choices, not the point measured.
-NOT_PARAMETERS = set(PROVENANCE) | {"metric", "value", "unit", "status", "error", "quantile", "sdpa_backend"}
+NOT_PARAMETERS = set(PROVENANCE) | set(CEILINGS) | {"metric", "value", "unit", "status", "error", "quantile", "sdpa_backend"}
 MEASURED = ("p20", "p50", "p80", "time_ms")
 OUTCOME = [f"{m}_{s}" for m in MEASURED for s in "ab"] + ["ratio", "log2_ratio", "threshold", "launch_bound", "verdict"]
 

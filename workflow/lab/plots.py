@@ -64,7 +64,12 @@ def softmax_bug(df: pd.DataFrame, writeup_diff: float, writeup_n_cols: int) -> p
             ax.axvline(n, color="black", ls=":", lw=1)
             ax.text(n, 0.5, f"{int(n)}: {', '.join(sorted(raised[raised['n_cols'] == n]['variant']))} raised",
                     rotation=90, fontsize=7, ha="right", va="center", transform=ax.get_xaxis_transform())
-        ax.set(xlabel="n_cols (log)", ylabel=label, xscale="log", yscale="symlog" if metric == "columns_dropped" else "log")
+        ax.set(xlabel="n_cols (log)", ylabel=label, xscale="log")
+        if metric == "columns_dropped":  # 0 and up to 2^20: linear below 1, log above
+            ax.set_yscale("symlog", linthresh=1)
+            ax.set_ylim(bottom=0)
+        else:
+            ax.set_yscale("log")
     axes[1].axhline(writeup_diff, color="grey", ls=":", lw=1)
     axes[1].annotate(f"writeup at n_cols={writeup_n_cols}: {writeup_diff:g}", (writeup_n_cols, writeup_diff),
                      xytext=(-4, 4), ha="right", textcoords="offset points", fontsize=8, color="grey")
