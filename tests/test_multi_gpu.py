@@ -1,4 +1,5 @@
-"""The committed two-GPU H200 run (results/nvidia-h200-x2) against the one-GPU run (results/nvidia-h200).
+"""The committed two-GPU H200 run (results/nvidia-h200-x2) against the one-GPU run of the same commits on
+the same machine (results/nvidia-h200-x1, which was results/nvidia-h200 until that was regenerated).
 
 Each run was made by several pipeline invocations: a later one reruns only the tables whose code or
 settings changed, possibly on another machine. Tables made by the same commit in a run come from one
@@ -12,7 +13,7 @@ from lab import runs
 from lab.summary import invocations
 
 ROOT = Path(__file__).resolve().parents[1]
-TWO, ONE = ROOT / "results/nvidia-h200-x2", ROOT / "results/nvidia-h200"
+TWO, ONE = ROOT / "results/nvidia-h200-x2", ROOT / "results/nvidia-h200-x1"
 
 if not TWO.is_dir():
     pytest.skip("no committed two-GPU run", allow_module_level=True)

@@ -175,7 +175,9 @@ def markdown(name_a: str, name_b: str, a: dict, b: dict, joined: pd.DataFrame, c
         names = {"a": name_a, "b": name_b}
         lines += ["## Claims", "", *(f"- `{names[s]}`: could not settle: {e}" for s, e in errors.items())]
         lines += [""] if errors else []
-        lines += [f"{int((diff['changed'] == 'yes').sum())} of {len(diff)} verdicts changed.", "",
+        unknown = int((diff["changed"] == "unknown").sum())
+        lines += [f"{int((diff['changed'] == 'yes').sum())} of {len(diff)} verdicts changed"
+                  + (f"; {unknown} could not be compared." if unknown else "."), "",
                   _md(diff.rename(columns={"verdict_a": f"verdict in {name_a}", "verdict_b": f"verdict in {name_b}"})), ""]
     lines += ["## How to read it", "",
               f"Every timed point both runs measured (medians of `triton.testing.do_bench`). **ratio** = {name_b} / {name_a} "

@@ -51,7 +51,9 @@ def caption(name: str) -> str:
 def _md_table(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
     def fmt(v):
         if isinstance(v, float):
-            return "" if pd.isna(v) else format(v, floatfmt)
+            if pd.isna(v):
+                return ""
+            return str(int(v)) if v.is_integer() and abs(v) < 2**53 else format(v, floatfmt)  # 16384, not 1.64e+04
         return str(v).replace("|", "\\|").replace("\n", " ")
 
     head = "| " + " | ".join(map(str, df.columns)) + " |"
