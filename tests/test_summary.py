@@ -76,3 +76,12 @@ def test_call_cost_text_quotes_the_first_call_and_memory():
     text = report._call_cost(flash_rows())
     assert "500 ms at S=3000" in text and "0.25 ms at S=3001, in the bucket S=3000 had tuned" in text
     assert "3.000 MiB for the first (tuning) call, 2.000 MiB for a later one" in text
+
+
+def test_a_report_section_whose_table_is_missing_says_so():
+    """A GPU run whose config left attention's timing out: its section says what is missing, never KeyError."""
+    tables = {"softmax/performance": softmax_table().assign(copy_gbps=COPY)}
+    text = report._performance(tables)
+    assert "Not settled: `attention/performance` missing (not in this run)." in text
+    assert "Not settled: `calibration/ceilings` missing" in text
+    assert "softmax at every row width" in text  # what it has, it still reports

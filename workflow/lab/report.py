@@ -101,7 +101,7 @@ def _performance(tables: dict[str, pd.DataFrame]) -> str:
     out.append(_needs(tables, ["calibration/ceilings"], _calibration))
     out.append(_needs(tables, [f"{k}/performance" for k in summary.MEMORY_BOUND], _memory_bound))
     out.append(_needs(tables, ["relu_dropout/performance", "softmax/performance"], _fusion))
-    out.append(_needs(tables, ["softmax/performance", "relu_dropout/performance"], _softmax_widths))
+    out.append(_needs(tables, ["softmax/performance"], _softmax_widths))
     out.append(_needs(tables, ["relu_dropout/performance", "softmax/performance", "attention/performance"],
                       _improvements))
     out.append(_needs(tables, ["attention/performance", "attention/wall"], _attention))
@@ -231,6 +231,8 @@ def _softmax_widths(tables: dict[str, pd.DataFrame]) -> str:
     cols = [c for c in ("direction", "dtype", "n_cols", "n_rows", "triton_fused", "torch_softmax", "triton_writeup",
                         "torch/triton time", "triton/copy") if c in w]
     out.append("\n" + _md_table(w[cols].astype({"n_cols": int, "n_rows": int})))
+    if "relu_dropout/performance" not in tables:
+        return "\n".join(out)
     dr = summary.median(tables["relu_dropout/performance"], "bandwidth", provider="triton_fused")
     copy_gbps = _copy(tables, "relu_dropout")
     if "direction" in dr and dr["direction"].nunique() > 1 and copy_gbps:
