@@ -110,6 +110,19 @@ def test_nothing_changed_plans_nothing(project):
     assert planned(project) == {}
 
 
+def stamps(folder: Path) -> dict[str, tuple[int, str]]:
+    """Every file under ``folder``: its modification time (ns) and content hash."""
+    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_planning_changes_no_file_under_results(project):
+    before = stamps(project / "results")
+    plan = planned(project, "--config", "seed=1")
+    assert plan.get("stale_marker") == sum(SEEDED.values())  # every seeded table is out of date ...
+    assert stamps(project / "results") == before  # ... and not one file was touched to say so
+
+
 def test_new_seed_reruns_the_seeded_tables_only(project):
     plan = planned(project, "--config", "seed=1")
     assert {r: n for r, n in plan.items() if r in EXPERIMENT_RULES} == SEEDED  # not calibration: it draws nothing
@@ -121,15 +134,16 @@ def test_one_setting_reruns_that_table_its_figure_and_the_report(project, tmp_pa
     changed = tmp_path / "bug.yaml"
     changed.write_text("softmax:\n  bug: {n_rows: 3, n_cols: [5, 2000, 1048577], block_size: 1024}\n")
     assert planned(project, "--configfile", "tests/tiny_config.yaml", str(changed)) == {
-        "softmax": 1, "figure_softmax_bug": 1, "report": 1, "all": 1}
+        "stale_marker": 1, "softmax": 1, "figure_softmax_bug": 1, "report": 1, "all": 1}
 
 
 def test_editing_a_kernel_reruns_its_tables_only(project):
     with edited(project / "kernels/_softmax.py"):
         plan = planned(project)
     assert {r: n for r, n in plan.items() if r in EXPERIMENT_RULES} == {"softmax": 7}
-    assert set(plan) - EXPERIMENT_RULES == {"figure_softmax_bug", "figure_bandwidth", "figure_ceiling_fraction",
-                                            "figure_fusion", "figure_softmax_widths", "report", "all"}
+    assert set(plan) - EXPERIMENT_RULES == {"stale_marker", "figure_softmax_bug", "figure_bandwidth",
+                                            "figure_ceiling_fraction", "figure_fusion", "figure_softmax_widths",
+                                            "report", "all"}
 
 
 def test_editing_a_plot_reruns_figures_and_report_only(project):
@@ -143,6 +157,19 @@ def test_touching_sources_reruns_nothing(project):
     for f in [*project.glob("kernels/*.py"), *project.glob("workflow/lab/**/*.py")]:
         f.touch()
     assert not set(planned(project)) & EXPERIMENT_RULES
+
+
+def test_a_restored_old_table_is_rerun_even_where_snakemake_has_records_of_it(project, tmp_path):
+    """Snakemake skips an input whose checksum matches its record; the fingerprint still catches the table."""
+    bug = project / "results/tiny/softmax/bug.parquet"
+    seed0 = tmp_path / "bug-seed0.parquet"
+    seed0.write_bytes(bug.read_bytes())
+    target = ["--", "results/tiny/softmax/bug.parquet"]
+    smk(project, "--cores", "1", "--config", "seed=1", *target)
+    bug.write_bytes(seed0.read_bytes())  # the seed-0 table back, under seed=1
+    assert job_stats(smk(project, "-n", "--config", "seed=1", *target).stdout).get("softmax") == 1
+    smk(project, "--cores", "1")  # back at seed 0: its records say seed=1, so it reruns, and then all is current
+    assert planned(project) == {}
 
 
 def test_forcerun_reruns_only_that_experiment_and_its_dependents(project):

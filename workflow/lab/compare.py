@@ -17,7 +17,8 @@ from scipy.stats import gmean
 
 from . import claims as claims_mod
 from .provenance import COLUMNS as PROVENANCE
-from .table import CEILINGS, read
+from .summary import CEILINGS
+from .table import read
 
 # Run-to-run spread of GPU timings across processes and machines (boost clocks, temperature, which GPU,
 # where memory lands) is typically a few percent, even where one run's own p20..p80 band is under 1%:

@@ -60,6 +60,11 @@ def ceilings(cal: pd.DataFrame) -> dict:
     }
 
 
+# The columns lab.measure.ceiling_columns writes on every row of a timing table: what its job measured of
+# its GPU before it started (a property of the machine, not of the point measured).
+CEILINGS = ("copy_gbps", "matmul_tflops")
+
+
 def own_ceiling(df: pd.DataFrame, name: str, cal: pd.DataFrame | None = None) -> float | None:
     """The ceiling ('copy_gbps' or 'matmul_tflops') a timing table's job measured on its own GPU before it
     started (lab.runner); a table from before that was recorded falls back to the calibration table's."""

@@ -18,9 +18,6 @@ import pandas as pd
 from .provenance import COLUMNS as PROVENANCE
 
 COLUMNS = ["kernel", "experiment", "variant", "provider", "metric", "value", "unit", "status", "error"]
-# What a timing job measured of its GPU before it started (lab.runner), on every row: a property of the
-# machine, not of the point measured.
-CEILINGS = ("copy_gbps", "matmul_tflops")
 STATUSES = ("ok", "out_of_resources", "needs_gpu", "unsupported", "compiled_only", "raised", "crashed", "failed")
 
 

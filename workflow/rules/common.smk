@@ -3,9 +3,11 @@
 # Rerun decisions come from content. Each experiment job declares its settings, the software it runs
 # on and a hash of the source files it runs as params, and those files as input; Snakemake's params,
 # input and code triggers then rerun exactly what a change touches. Source files are `ancient`: a
-# checkout's file dates say nothing about content. A clone has no .snakemake/ records, so the
-# fingerprint every table stores is compared here as well: a table whose fingerprint no longer
-# matches is marked out of date (its modification time set to 1970), and Snakemake reruns it.
+# checkout's file dates say nothing about content. A clone has no .snakemake/ records (and records can
+# be fooled: a restored old table whose checksum matches them), so the fingerprint every table stores is
+# compared here as well: a table whose fingerprint no longer matches gets one more input, a marker named
+# after the fingerprint it must have, which rule stale_marker makes just before the job. Planning
+# touches no file; only a real run writes the marker (under .snakemake/, never results/).
 import glob
 import json
 import os
@@ -24,7 +26,7 @@ for _path in (ROOT, os.path.join(ROOT, "workflow")):
 validate(config, "../schemas/config.schema.yaml")
 
 import kernels.backend  # noqa: E402  (no side effects: resolves, does not select)
-from lab import claims, figures, job, provenance, runs, settings, sources  # noqa: E402
+from lab import claims, figures, job, plan, provenance, runs, settings, sources  # noqa: E402
 from lab.compare import run_tables  # noqa: E402
 from lab.experiments import registry  # noqa: E402
 from lab.figures import FIGURES  # noqa: E402
@@ -38,30 +40,13 @@ RUN = provenance.run_name(SOFTWARE) if config["run"] == "auto" else config["run"
 OUT = f"results/{RUN}"
 job.export_environment(ROOT, config["overwrite_foreign_run"])
 
-# The experiments config.yaml asks for, each one job.
-EXPERIMENTS = {key: exp for key, exp in registry().items() if exp.name in config.get(exp.kernel, {})}
+# The experiments config.yaml asks for, each one job, and what determines each one's table.
+EXPERIMENTS = plan.experiments(config, registry())
 KERNELS = list(dict.fromkeys(exp.kernel for exp in EXPERIMENTS.values()))
-
-
-def job_settings(exp):
-    """Everything from the config that determines this experiment's table, and nothing else."""
-    s = dict(config[exp.kernel][exp.name])
-    if exp.seeded:
-        s["seed"] = config["seed"]
-    if exp.timing:
-        s["bench"] = config["bench"]
-    if exp.ceilings:
-        s["ceilings"] = config["calibration"]["ceilings"]
-    return s
-
-
-def code_of(*modules):
-    return sorted({f for m in modules for f in sources.closure(m)})
-
-
-SETTINGS = {key: job_settings(exp) for key, exp in EXPERIMENTS.items()}
-CODE = {key: code_of(exp.module, "lab.job") for key, exp in EXPERIMENTS.items()}
-CODE_HASH = {key: sources.digest(files) for key, files in CODE.items()}
+_EXPECTED = plan.expected(config, registry())
+SETTINGS = {key: e["settings"] for key, e in _EXPECTED.items()}
+CODE = {key: e["code"] for key, e in _EXPECTED.items()}
+CODE_HASH = {key: e["code_hash"] for key, e in _EXPECTED.items()}
 FINGERPRINT = {key: provenance.fingerprint(SETTINGS[key], CODE_HASH[key], SOFTWARE) for key in EXPERIMENTS}
 
 
@@ -91,7 +76,6 @@ for _key in EXPERIMENTS:
         continue
     if OWN_RUN and _rec["fingerprint"] != FINGERPRINT[_key]:
         STALE.add(_key)
-        os.utime(table(_key), (86400, 86400))  # content changed: dated 1970-01-02 (not 0: Snakemake reads 0 as "no date")
     elif not OWN_RUN and (_rec["config_hash"], _rec["code_hash"]) != (provenance.digest(SETTINGS[_key]), CODE_HASH[_key]):
         OUTDATED_FOREIGN.append(_key)
 if OUTDATED_FOREIGN:
@@ -104,14 +88,19 @@ def experiment_key(kernel):
 
 
 def code_input(kernel):
-    """The job's source files; `ancient` unless its table is stale (then they rerun it by date)."""
+    """The job's source files (`ancient`: dates do not count), and the stale marker if its table is stale."""
     key = experiment_key(kernel)
 
     def files(wildcards):
         k = key(wildcards)
-        return CODE[k] if k in STALE else [ancient(f) for f in CODE[k]]
+        return [ancient(f) for f in CODE[k]] + ([stale_marker(k)] if k in STALE else [])
 
     return files
+
+
+def stale_marker(key):
+    """A file that exists only once a job has been planned for this fingerprint: newer than the stale table."""
+    return f".snakemake/lab/stale/{RUN}/{key}/{FINGERPRINT[key]}"
 
 
 def experiment_params(kernel):

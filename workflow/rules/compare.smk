@@ -2,7 +2,7 @@
 #   snakemake --cores 1 results/compare/nvidia-h200_vs_nvidia-h200-seed1.md
 # Both runs must exist under results/; neither is rerun (their tables are read as they are). The claims'
 # verdicts are settled again from each run's tables, with the checks and claims.yaml of this checkout.
-COMPARE_CODE = code_of("lab.compare") + ["workflow/scripts/compare.py"]
+COMPARE_CODE = plan.code_files("lab.compare") + ["workflow/scripts/compare.py"]
 
 
 rule compare:

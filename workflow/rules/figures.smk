@@ -1,6 +1,6 @@
 # Plotting, separate from measuring: one rule per figure of workflow/lab/figures.py, with its tables and
 # the plotting code as input, and a caption (workflow/report/<name>.rst) for `snakemake --report`.
-FIGURE_CODE = code_of("lab.figures") + ["workflow/scripts/figure.py", "workflow/claims.yaml"]  # what was said
+FIGURE_CODE = plan.code_files("lab.figures") + ["workflow/scripts/figure.py", "workflow/claims.yaml"]  # what was said
 
 for _name, _fig in DRAWN.items():
 

@@ -1,7 +1,7 @@
 # The report: every claim of the writeup, said / measured / verdict, from the tables. report.md for
 # reading in the repository, claims.html for `snakemake --report` (beside the figures).
 REPORT = f"{OUT}/report.md"
-REPORT_CODE = code_of("lab.report") + ["workflow/scripts/report.py", *sorted(glob.glob("workflow/report/*.rst"))]
+REPORT_CODE = plan.code_files("lab.report") + ["workflow/scripts/report.py", *sorted(glob.glob("workflow/report/*.rst"))]
 
 
 rule report:

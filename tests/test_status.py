@@ -1,0 +1,45 @@
+"""python -m lab status: which tables of a run are out of date with this checkout, decided from content."""
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lab import plan, status
+from lab.experiments import registry
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = status.config_of([str(ROOT / "config.yaml"), str(ROOT / "tests/tiny_config.yaml")])
+
+
+@pytest.fixture
+def run(tmp_path):
+    """A run whose every table records exactly the hashes this checkout expects."""
+    for key, want in plan.expected(CONFIG, registry()).items():
+        path = tmp_path / f"{key}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame([{"metric": "x", "value": 1.0, "status": "ok", "device": "NVIDIA H200", "backend": "gpu",
+                       "fingerprint": "f" * 16, "config_hash": want["config_hash"], "code_hash": want["code_hash"],
+                       "git_commit": "abc123"}]).to_parquet(path)
+    return tmp_path
+
+
+def test_a_current_run_exits_0(run, capsys):
+    assert status.main([str(run), "--configfile", str(ROOT / "tests/tiny_config.yaml")]) == 0
+    assert "all 24 tables current" in capsys.readouterr().out
+
+
+def test_changed_settings_and_missing_tables_say_why_and_exit_1(run, tmp_path_factory, capsys):
+    (run / "softmax/bug.parquet").unlink()
+    other = tmp_path_factory.mktemp("cfg") / "seed.yaml"
+    other.write_text("seed: 1\n")
+    assert status.main([str(run), "--configfile", str(ROOT / "tests/tiny_config.yaml"), "--configfile", str(other)]) == 1
+    out = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines()[:-1])
+    assert out["softmax/bug"].strip() == "missing"
+    assert out["softmax/correctness"].strip() == "stale: settings changed since commit abc123"  # seeded
+    assert out["calibration/ceilings"].strip() == "current"  # draws nothing: the seed does not touch it
+
+
+def test_a_failed_table_is_stale(run):
+    t = run / "vector_add/mask.parquet"
+    pd.read_parquet(t).assign(fingerprint="failed").to_parquet(t)
+    assert dict(status.check(run, CONFIG))["vector_add/mask"].startswith("stale: the experiment failed")

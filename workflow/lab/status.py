@@ -1,0 +1,74 @@
+"""Which tables of a run are out of date with this checkout's code or settings, and why.
+
+    python -m lab status results/nvidia-h200 [--configfile more.yaml ...]
+
+Decided from content, as the workflow decides it: each table recorded the hash of the settings and of
+the source files that made it; this checkout's config and code give the hashes a current table must
+have. Works on a run from any machine (the software a GPU run used cannot be checked from a CPU, so
+it is reported, not judged). Exit status 0 when every configured table is current, 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from . import plan, runs, settings
+from .experiments import registry
+
+
+def config_of(paths: list[str]) -> dict:
+    """config.yaml, updated by each further file, the way Snakemake merges --configfile."""
+    def merge(base: dict, more: dict) -> dict:
+        out = dict(base)
+        for k, v in more.items():
+            out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        return out
+
+    config: dict = {}
+    for path in paths:
+        config = merge(config, yaml.safe_load(Path(path).read_text()) or {})
+    return config
+
+
+def check(run_dir: Path, config: dict) -> list[tuple[str, str]]:
+    """(table, state) for every table the config asks for: 'current', or why it is not."""
+    settings.check(config, registry())
+    found = []
+    for key, want in plan.expected(config, registry()).items():
+        rec = runs.recorded(run_dir / f"{key}.parquet")
+        if rec is None:
+            state = "missing"
+        elif rec["fingerprint"] == "failed":
+            state = "stale: the experiment failed (its table records the error)"
+        else:
+            why = [what for what, field in (("settings", "config_hash"), ("code", "code_hash"))
+                   if rec[field] != want[field]]
+            state = "current" if not why else f"stale: {' and '.join(why)} changed since commit {rec['git_commit']}"
+        found.append((key, state))
+    return found
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lab status", description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", type=Path, help="a run folder, e.g. results/nvidia-h200")
+    ap.add_argument("--configfile", action="append", default=[], help="config files on top of config.yaml")
+    args = ap.parse_args(argv)
+    if not args.run.is_dir():
+        ap.error(f"{args.run} is not a run folder")
+    root = Path(__file__).resolve().parents[2]
+    states = check(args.run, config_of([str(root / "config.yaml"), *args.configfile]))
+    width = max(len(k) for k, _ in states)
+    for key, state in states:
+        print(f"{key:<{width}}  {state}")
+    devices = sorted({f"{o[0]} ({o[1]})" for o in runs.owners(args.run)})
+    stale = [k for k, s in states if s != "current"]
+    print(f"{args.run}: made on {', '.join(devices) or 'no device yet'}; "
+          + (f"{len(stale)} of {len(states)} tables out of date" if stale else f"all {len(states)} tables current"))
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
