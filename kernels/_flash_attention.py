@@ -468,11 +468,19 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     _check(q, k, v, sm_scale)
     causal = _checks.flag(causal, "causal")
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    # The backward writes each gradient with its input's strides: an input that repeats memory (stride 0,
+    # e.g. K/V expanded across heads) would have every head write into one buffer. A dense copy instead;
+    # autograd sums its gradient back through the expand.
+    q, k, v = (t.contiguous() if _repeats_memory(t) else t for t in (q, k, v))
     if torch.compiler.is_compiling():
         return _forward_op(q, k, v, causal, sm_scale)[0]
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _FlashAttention.apply(q, k, v, causal, sm_scale)
     return _forward(q, k, v, causal, sm_scale, store_lse=False)[0]  # no gradient wanted: no autograd, no lse
+
+
+def _repeats_memory(t: torch.Tensor) -> bool:
+    return any(stride == 0 and size > 1 for stride, size in zip(t.stride(), t.shape))
 
 
 def tune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, backward: bool = True) -> dict[str, str]:

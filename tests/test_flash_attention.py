@@ -87,3 +87,16 @@ def test_bad_input_is_refused(shapes, kwargs, err):
     q, k, v = (randn(*s) for s in shapes)
     with pytest.raises(err):
         flash_attention(q, k, v, **kwargs)
+
+
+def test_gradients_of_expanded_inputs_are_summed_over_the_repeats():
+    """K/V shared across heads (stride 0) and q shared across the batch: one buffer must not collect every
+    head's gradient (issue 21: the backward wrote each gradient with its input's strides)."""
+    q1, k1, v1 = (randn(*shape, seed=i).requires_grad_() for i, shape in enumerate(([1, 2, 8, 32], [1, 1, 8, 32],
+                                                                                    [1, 1, 8, 32])))
+    do = randn(2, 2, 8, 32, seed=9)
+    args = (q1.expand(2, 2, 8, 32), k1.expand(2, 2, 8, 32), v1.expand(2, 2, 8, 32))
+    got = torch.autograd.grad(flash_attention(*args), (q1, k1, v1), do)
+    want = torch.autograd.grad(flash_attention_ref(*args), (q1, k1, v1), do)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
