@@ -480,7 +480,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def _repeats_memory(t: torch.Tensor) -> bool:
-    return any(stride == 0 and size > 1 for stride, size in zip(t.stride(), t.shape))
+    strides = t.stride()
+    return 0 in strides and any(st == 0 and n > 1 for st, n in zip(strides, t.shape))  # the first test is cheap
 
 
 def tune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, backward: bool = True) -> dict[str, str]:
