@@ -6,8 +6,8 @@
 # checkout's file dates say nothing about content. A clone has no .snakemake/ records (and records can
 # be fooled: a restored old table whose checksum matches them), so the fingerprint every table stores is
 # compared here as well: a table whose fingerprint no longer matches gets one more input, a marker named
-# after the fingerprint it must have, which rule stale_marker makes just before the job. Planning
-# touches no file; only a real run writes the marker (under .snakemake/, never results/).
+# after the fingerprint it must have and the file it replaces, which rule stale_marker makes just before
+# the job. Planning touches no file; only a real run writes the marker (under .snakemake/, never results/).
 import glob
 import json
 import os
@@ -69,13 +69,16 @@ except runs.ForeignRunError as refusal:
     OWN_RUN = False
     print(f"Note: {refusal} No experiment is planned there from this machine: its tables are read as they are.",
           file=sys.stderr)
-STALE, OUTDATED_FOREIGN = set(), []
+STALE, OUTDATED_FOREIGN = {}, []  # STALE: key -> the marker its job waits for
 for _key in EXPERIMENTS:
     _rec = runs.recorded(table(_key))
     if _rec is None:
         continue
     if OWN_RUN and _rec["fingerprint"] != FINGERPRINT[_key]:
-        STALE.add(_key)
+        # Named after the fingerprint wanted and this very file (its date, read, not changed), so that no
+        # earlier marker (Snakemake skips a temp input it already made and removed) can stand for it.
+        _version = os.stat(table(_key)).st_mtime_ns
+        STALE[_key] = f".snakemake/lab/stale/{RUN}/{_key}/{FINGERPRINT[_key]}-{_version}"
     elif not OWN_RUN and (_rec["config_hash"], _rec["code_hash"]) != (provenance.digest(SETTINGS[_key]), CODE_HASH[_key]):
         OUTDATED_FOREIGN.append(_key)
 if OUTDATED_FOREIGN:
@@ -93,14 +96,9 @@ def code_input(kernel):
 
     def files(wildcards):
         k = key(wildcards)
-        return [ancient(f) for f in CODE[k]] + ([stale_marker(k)] if k in STALE else [])
+        return [ancient(f) for f in CODE[k]] + ([STALE[k]] if k in STALE else [])
 
     return files
-
-
-def stale_marker(key):
-    """A file that exists only once a job has been planned for this fingerprint: newer than the stale table."""
-    return f".snakemake/lab/stale/{RUN}/{key}/{FINGERPRINT[key]}"
 
 
 def experiment_params(kernel):

@@ -30,10 +30,11 @@ for _kernel in KERNELS if OWN_RUN else []:
 rule stale_marker:
     localrule: True
     output:
-        temp(".snakemake/lab/stale/{run}/{kernel}/{experiment}/{fingerprint}"),
+        temp(".snakemake/lab/stale/{run}/{kernel}/{experiment}/{fingerprint}-{version}"),
     wildcard_constraints:
         fingerprint="[0-9a-f]{16}",
+        version="[0-9]+",
     run:
         os.makedirs(os.path.dirname(output[0]), exist_ok=True)
         with open(output[0], "w") as fh:
-            fh.write(wildcards.fingerprint + "\n")
+            fh.write(f"{wildcards.fingerprint}\n")
