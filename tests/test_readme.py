@@ -37,3 +37,15 @@ def test_the_number_check_can_fail():
     found = set(numbers("copy 4225 GB/s, ratio 1.403x, torch 2.11.0+cu130, commit `c52fb3b`"))
     assert matches("4225", found) and matches("1.4", found) and matches("2.11.0", found)
     assert not matches("4226", found) and not matches("1.41", found) and not matches("52", found)
+
+
+def test_every_number_in_the_comparing_runs_paragraph_is_in_a_committed_comparison():
+    readme = (ROOT / "README.md").read_text()
+    paragraph = readme.split("**Comparing runs.**", 1)[1].split("**Several GPUs.**", 1)[0]
+    found = set()
+    for page in (ROOT / "results/compare").glob("*.md"):
+        found |= set(numbers(page.read_text()))
+    quoted = numbers(paragraph)
+    assert len(quoted) >= 8
+    missing = [q for q in quoted if not matches(q, found)]
+    assert not missing, f"README comparison numbers not in results/compare/*.md: {missing}"
