@@ -93,10 +93,8 @@ def uniform4x(seed: int, counters, rounds: int = 10) -> tuple[torch.Tensor, ...]
     return tuple(_tensor(to_uniform(w), counters) for w in randint4x(seed, counters, rounds))
 
 
-def uniform4x_elements(seed: int, n: int, order=(0, 1, 2, 3), device=None) -> torch.Tensor:
-    """The uniforms of elements 0..n-1 when each tl.rand4x(seed, c) serves four elements: element 4c + k
-    takes output order[k] of uniform4x(seed, c). relu_dropout's docstring says order (0, 1, 2, 3); its
-    kernel's join/reshape interleave actually gives (0, 2, 1, 3). (The writeup's kernel draws
-    uniform(seed, arange(n)) instead.)"""
+def uniform4x_elements(seed: int, n: int, device=None) -> torch.Tensor:
+    """The uniforms of elements 0..n-1 as relu_dropout draws them: element 4c + k takes output k of
+    uniform4x(seed, c). (The writeup's kernel draws uniform(seed, arange(n)) instead.)"""
     words = uniform4x(seed, np.arange((n + 3) // 4, dtype=np.int32))
-    return torch.stack([words[j] for j in order], dim=1).reshape(-1)[:n].to(device or "cpu")
+    return torch.stack(words, dim=1).reshape(-1)[:n].to(device or "cpu")

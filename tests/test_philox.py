@@ -133,9 +133,6 @@ def assert_matches(out: torch.Tensor, ref: torch.Tensor):
     assert int((out.view(torch.int32) - ref.view(torch.int32)).abs().max()) <= 2
 
 
-# Element 4c + k of relu_dropout takes output k of tl.rand4x(seed, c) (the outer join's index is the fastest,
-# so the kernel joins (r0, r2) with (r1, r3)).
-DRAW_ORDER = (0, 1, 2, 3)
 SIZES = [(4, 37), (64, 1001), (1024, 3001)]  # (block_size, n): few programs, as the interpreter is slow
 
 
@@ -151,7 +148,7 @@ def test_writeup_kernel_equals_reference(p, seed, block_size, n):
 @pytest.mark.parametrize("p, seed", [(0.1, 0), (0.5, 12345), (0.7, 2**31 - 1)])
 def test_improved_kernel_equals_reference(p, seed, block_size, n):
     x = randn(n, seed=seed % 1000)
-    u = uniform4x_elements(seed, n, order=DRAW_ORDER)  # element 4c + k: counter c, word DRAW_ORDER[k]
+    u = uniform4x_elements(seed, n)  # element 4c + k: counter c, word k
     assert_matches(relu_dropout(x, p, seed, block_size=block_size), dropout_reference(x, p, u))
 
 
@@ -164,7 +161,7 @@ def test_improved_kernel_takes_word_k_for_element_4c_plus_k():
 def test_improved_backward_equals_reference():
     n, p, seed = 1000, 0.3, 77
     x, dy = randn(n, seed=1), randn(n, seed=2)
-    u = uniform4x_elements(seed, n, order=DRAW_ORDER).to(DEVICE)
+    u = uniform4x_elements(seed, n).to(DEVICE)
     keep = (u > torch.tensor(np.float32(p), device=DEVICE)) & (x > 0)
     ref = torch.where(keep, dy / torch.tensor(np.float32(1) - np.float32(p), device=DEVICE), 0.0)
     out = relu_dropout_backward(dy, x, p, seed, block_size=256)
