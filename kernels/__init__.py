@@ -2,30 +2,35 @@
 
     from kernels import vector_add, relu_dropout, softmax, attention, flash_attention
 
-Kernel modules load on first use of a public name, and each fixes the backend (compiled on a GPU, or
-Triton's interpreter on the CPU; see kernels.backend) before it defines a @triton.jit function, which
-is when Triton reads TRITON_INTERPRET. ``import kernels.backend`` alone has no side effects.
+The public API is what the kernel modules (``kernels/_<name>.py``) list in their ``__all__``, read from
+their source without importing them: adding a kernel module adds its names, and nothing here is edited.
+A module loads on first use of one of its names, and fixes the backend (compiled on a GPU, or Triton's
+interpreter on the CPU; see kernels.backend) before it defines a @triton.jit function, which is when
+Triton reads TRITON_INTERPRET. ``import kernels.backend`` alone has no side effects.
 """
 from __future__ import annotations
 
+import ast
 import importlib
+from pathlib import Path
 
 from . import backend  # noqa: F401  (no side effects: choosing happens on first kernel use)
 
-# public name -> the module that defines it (also read by lab.sources to find what an experiment runs)
-EXPORTS = {
-    "vector_add": "_vector_add", "vector_add_ref": "_vector_add", "vector_add_unmasked": "_vector_add",
-    "vector_add_writeup": "_vector_add",
-    "relu_dropout": "_relu_dropout", "relu_dropout_ref": "_relu_dropout",
-    "relu_dropout_writeup": "_relu_dropout", "relu_dropout_backward": "_relu_dropout",
-    "softmax": "_softmax", "softmax_ref": "_softmax", "softmax_naive": "_softmax",
-    "softmax_unfused": "_softmax", "softmax_writeup": "_softmax", "softmax_backward": "_softmax",
-    "attention": "_attention", "attention_ref": "_attention", "launch_config": "_attention",
-    "attention_writeup": "_attention",
-    "shared_memory_required": "_attention",
-    "flash_attention": "_flash_attention", "flash_attention_ref": "_flash_attention",
-    "tiles_in_use": "_flash_attention",
-}
+
+def exports() -> dict[str, str]:
+    """Public name -> the module that defines it ('_softmax'), from each kernel module's ``__all__``."""
+    found: dict[str, str] = {}
+    for path in sorted(p for p in Path(__file__).parent.glob("_*.py") if p.name != "__init__.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+                for name in ast.literal_eval(node.value):
+                    if name in found:
+                        raise ImportError(f"kernels: {name!r} is exported by both {found[name]} and {path.stem}")
+                    found[name] = path.stem
+    return found
+
+
+EXPORTS = exports()
 __all__ = sorted(EXPORTS)
 
 

@@ -20,6 +20,8 @@ import torch
 from . import _checks
 from ._triton import tl, triton
 
+__all__ = ["attention", "attention_ref", "launch_config", "attention_writeup", "shared_memory_required"]
+
 
 MIN_DOT = 16  # tl.dot needs every block dimension >= 16 on the GPU
 

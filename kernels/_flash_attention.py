@@ -25,7 +25,10 @@ import torch
 
 from . import _checks, _flash_tiles, backend
 from ._flash_tiles import Tile, bucket
+from ._launch import DirectLaunch
 from ._triton import tl, triton
+
+__all__ = ["flash_attention", "flash_attention_ref", "tiles_in_use"]
 
 LOG2E = 1.4426950408889634
 HEAD_DIMS = (16, 256)
@@ -310,42 +313,25 @@ def _tile(kind: str, q, seq_q: int, seq_k: int, block_d: int, causal: bool, run)
     return tile
 
 
-def _block_d(head_dim: int) -> int:
-    return max(16, 1 << (head_dim - 1).bit_length())
-
-
 def _cdiv(a: int, b: int) -> int:  # plain ints: triton.cdiv is a constexpr function, ~5 us per host call
     return -(-a // b)
 
 
-# Launching through kernel[grid](...) costs ~25 us of host time per call on the H200 host (Triton binds
-# and specializes every argument again), more than the whole attention at short lengths. A call whose
-# arguments Triton would specialize the same way as an earlier one reuses that call's compiled kernel
-# and launches it directly: same device, tile, dtypes and integer arguments (strides, lengths: their
-# values decide Triton's specialization), and every pointer 16-byte aligned.
-_compiled: dict[tuple, tuple] = {}
+# Each kernel is launched through a DirectLaunch (kernels/_launch.py): a repeated call skips Triton's
+# per-call argument binding.
+_direct: dict = {}
 
 
 def _launch(kernel, programs: int, tensors: tuple, numbers: tuple, consts: dict, tile: Tile | None = None):
     """kernel[(programs,)](*tensors, *numbers, **consts, **tile.kwargs)."""
-    key = None
-    if backend.current() == "gpu" and all(t.data_ptr() % 16 == 0 for t in tensors):
-        device = torch.cuda.current_device()
-        key = (kernel, tile, device, *(t.dtype for t in tensors), *consts.values(), *numbers)
-        hit = _compiled.get(key)
-        if hit is not None:
-            compiled, const_values = hit
-            compiled[(programs, 1, 1)](*tensors, *numbers, *const_values, stream=torch._C._cuda_getCurrentRawStream(device))
-            return
-    merged = {**consts, **tile.kwargs} if tile else consts
-    compiled = kernel[(programs,)](*tensors, *numbers, **merged)
-    if key is not None and compiled is not None:  # positional constexprs in the kernel's own order
-        _compiled[key] = (compiled, tuple(merged[n] for n in kernel.arg_names[len(tensors) + len(numbers):]))
+    if kernel not in _direct:
+        _direct[kernel] = DirectLaunch(kernel)
+    _direct[kernel](programs, tensors, numbers, {**consts, **tile.kwargs} if tile else consts)
 
 
 def _forward(q, k, v, causal: bool, sm_scale: float, store_lse: bool = True):
     batch, heads, seq_q, head_dim = q.shape
-    seq_k, block_d = k.shape[2], _block_d(head_dim)
+    seq_k, block_d = k.shape[2], bucket(head_dim)  # the head-dim block: the power of two at or above it
     o = q.new_empty(q.shape)  # contiguous whatever q's strides
     lse = q.new_empty((batch, heads, seq_q), dtype=torch.float32) if store_lse else o  # o: never written
     tensors = (q, k, v, o, lse)
@@ -361,7 +347,7 @@ def _forward(q, k, v, causal: bool, sm_scale: float, store_lse: bool = True):
 
 def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float):
     batch, heads, seq_q, head_dim = q.shape
-    seq_k, block_d = k.shape[2], _block_d(head_dim)
+    seq_k, block_d = k.shape[2], bucket(head_dim)  # the head-dim block: the power of two at or above it
     delta = torch.empty_like(lse)
     _launch(_bwd_delta_kernel, _cdiv(seq_q, 64) * batch * heads, (o, do, delta),
             (*o.stride(), *do.stride(), heads, seq_q), dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=64))

@@ -16,6 +16,8 @@ from . import _checks
 from ._offsets import block_start, wide
 from ._triton import tl, triton
 
+__all__ = ["relu_dropout", "relu_dropout_ref", "relu_dropout_writeup", "relu_dropout_backward"]
+
 
 @triton.jit
 def _kept(seed, start, p, BLOCK_SIZE: tl.constexpr, WIDE: tl.constexpr):

@@ -22,12 +22,15 @@ still runs the writeup's kernel, so the bug stays reachable under its old name.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
 
 from . import _checks, backend
 from ._triton import tl, triton
+
+__all__ = ["softmax", "softmax_backward", "softmax_ref", "softmax_naive", "softmax_unfused", "softmax_writeup"]
 
 BUGGY_BLOCK_SIZE = 1024  # the writeup's hard-coded value
 
@@ -230,18 +233,45 @@ def _split_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols
         dy = dy_next
 
 
-def _warps(elements: int) -> int:
-    """Warps for a tile of the rows path (the sweep: 4 up to 2048 elements, 16 above)."""
-    return 4 if elements <= 2048 else 16
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """How softmax launches for one row width: a tile of BLOCK_M rows x BLOCK_N columns per program (the
+    rows path), or the split path with rows cut into chunks of ``chunk`` columns; ``num_warps`` per program."""
+    split: bool
+    block_m: int
+    block_n: int
+    chunk: int
+    num_warps: int
+
+
+MAX_COLS = 2**31 - 1  # column offsets are 32-bit in every path
+
+
+def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, tile: int | None = None,
+                    row_limit: int | None = None, chunk: int | None = None, warps: int | None = None) -> Settings:
+    """The one place softmax's sizes are chosen (the tuned defaults above; keyword overrides for tuning and
+    tests). Sizes are in elements; the forward's default tile holds TILE_BYTES of input. Raises ValueError
+    past MAX_COLS columns."""
+    if not 1 <= n_cols <= MAX_COLS:
+        raise ValueError(f"n_cols must be 1..{MAX_COLS} (column offsets are 32-bit), got {n_cols}")
+    block_n = triton.next_power_of_2(n_cols)
+    if block_n <= (row_limit or (BACKWARD_ROW_LIMIT if backward else ROW_LIMIT)):
+        tile = tile or (BACKWARD_TILE if backward else TILE_BYTES // element_size)
+        block_m = max(1, tile // block_n)
+        default_warps = BACKWARD_WARPS if backward else 4 if block_m * block_n <= 2048 else 16  # the sweep's
+        return Settings(False, block_m, block_n, 0, warps or default_warps)
+    return Settings(True, 1, 0, chunk or (BACKWARD_CHUNK if backward else CHUNK),
+                    warps or (BACKWARD_WARPS if backward else CHUNK_WARPS))
 
 
 @functools.lru_cache(maxsize=None)
 def _resident(kernel, device: int, num_warps: int, constexprs: tuple) -> int:
-    """How many programs of this compiled kernel one SM holds at once (registers, shared memory, threads)."""
+    """How many programs of this compiled kernel one SM holds at once (registers, shared memory, threads):
+    an estimate, which the cooperative launch then checks."""
     from triton.runtime import driver
 
     compiled = _compiled[(kernel, device, num_warps, constexprs)]
-    compiled._init_handles()
+    compiled._init_handles()  # n_regs is known once the binary is loaded
     props = driver.active.utils.get_device_properties(device)
     by_regs = props["max_num_regs"] // max(1, compiled.n_regs * 32 * num_warps)
     shared = compiled.metadata.shared
@@ -252,64 +282,74 @@ def _resident(kernel, device: int, num_warps: int, constexprs: tuple) -> int:
 _compiled: dict = {}
 
 
-def _split_launch(kernel, tensors: list, ints: list, n_rows: int, n_cols: int, chunk: int, part_width: int,
-                  num_warps: int):
-    """Launch a split kernel: one cooperative launch where every group it needs fits on the GPU at once,
-    else (and always in the interpreter) two launches, partials first."""
+def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, chunk: int, part_width: int, num_warps: int):
+    """Launch a split kernel with ``arguments`` (its tensors and strides, by name).
+
+    Its one-launch form (PHASE 0) has the programs of a row group wait at a per-row counter for each other,
+    so it is correct only if every program of a group is resident on the GPU at once. It is therefore sized
+    from the compiled kernel's occupancy and launched as a cooperative grid: the driver refuses a grid that
+    cannot be co-resident (an error, here caught) instead of letting it wait forever. Where no group fits,
+    where the driver refuses, and always in the interpreter (which runs programs one after another): two
+    launches, partials first, then the output from them (reading the input again)."""
     splits = triton.cdiv(n_cols, chunk)
     consts = dict(CHUNK=chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits))
-    device = tensors[0].device
-    part = torch.empty((n_rows, part_width * splits), dtype=torch.float32, device=device)
-    counter = torch.zeros(n_rows, dtype=torch.int32, device=device)  # arrivals per row
-    args = [*tensors, part, counter, n_rows, n_cols, *ints]
+    device = next(iter(arguments.values())).device
+    arguments = dict(arguments, n_rows=n_rows, n_cols=n_cols,
+                     part_ptr=torch.empty((n_rows, part_width * splits), dtype=torch.float32, device=device),
+                     counter_ptr=torch.zeros(n_rows, dtype=torch.int32, device=device))  # arrivals per row
+    options = dict(num_warps=num_warps, launch_cooperative_grid=True)
     groups = 0
     if backend.current() != "interpreter":
         index = device.index if device.index is not None else torch.cuda.current_device()
         key = (kernel, index, num_warps, tuple(sorted(consts.items())))
         if key not in _compiled:
-            _compiled[key] = kernel.warmup(*args, 1, PHASE=0, **consts, num_warps=num_warps, grid=(1,))
+            _compiled[key] = kernel.warmup(**arguments, n_groups=1, PHASE=0, **consts, **options, grid=(1,))
         sms = torch.cuda.get_device_properties(index).multi_processor_count
         groups = min(n_rows, _resident(*key) * sms // splits)
     if groups:
-        kernel[(groups * splits,)](*args, groups, PHASE=0, **consts, num_warps=num_warps)
-    else:
-        for phase in (1, 2):
-            kernel[(n_rows * splits,)](*args, n_rows, PHASE=phase, **consts, num_warps=num_warps)
+        try:
+            kernel[(groups * splits,)](**arguments, n_groups=groups, PHASE=0, **consts, **options)
+            return
+        except RuntimeError as e:  # the driver found the grid larger than what can be co-resident
+            if "cooperative" not in str(e).lower():
+                raise
+    for phase in (1, 2):
+        kernel[(n_rows * splits,)](**arguments, n_groups=n_rows, PHASE=phase, **consts, num_warps=num_warps)
 
 
-def _forward(x: torch.Tensor, out: torch.Tensor, tile: int | None = None, row_limit: int = ROW_LIMIT,
-             chunk: int = CHUNK, warps: int | None = None) -> torch.Tensor:
-    """Rows up to row_limit wide: tiles of `tile` elements (default TILE_BYTES of x), at least one row;
-    wider rows: chunks of `chunk` elements. The defaults are the tuned ones."""
+def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
+    """Rows that fit one program's tile (launch_settings), else the split path; overrides as there."""
     n_rows, n_cols = x.shape
     if not (n_rows and n_cols):
         return out
     strides = [*x.stride(), *out.stride()]
-    block_n = triton.next_power_of_2(n_cols)
-    if block_n <= row_limit:
-        block_m = max(1, (tile or TILE_BYTES // x.element_size()) // block_n)
-        _rows_forward[(triton.cdiv(n_rows, block_m),)](out, x, n_rows, n_cols, *strides, BLOCK_M=block_m,
-                                                       BLOCK_N=block_n, num_warps=warps or _warps(block_m * block_n))
+    cfg = launch_settings(n_cols, x.element_size(), **overrides)
+    if cfg.split:
+        _split_launch(_split_forward, dict(out_ptr=out, x_ptr=x, x_row=x.stride(0), x_col=x.stride(1),
+                                           out_row=out.stride(0), out_col=out.stride(1)),
+                      n_rows, n_cols, cfg.chunk, 2, cfg.num_warps)
     else:
-        _split_launch(_split_forward, [out, x], strides, n_rows, n_cols, chunk, 2, warps or CHUNK_WARPS)
+        _rows_forward[(triton.cdiv(n_rows, cfg.block_m),)](out, x, n_rows, n_cols, *strides, BLOCK_M=cfg.block_m,
+                                                           BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
     return out
 
 
-def _backward(y: torch.Tensor, dy: torch.Tensor, tile: int = BACKWARD_TILE, row_limit: int = BACKWARD_ROW_LIMIT,
-              chunk: int = BACKWARD_CHUNK, warps: int = BACKWARD_WARPS) -> torch.Tensor:
-    """_forward's two paths for dx; sizes in elements of each of y and dy."""
+def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
+    """_forward's two paths for dx."""
     n_rows, n_cols = y.shape
     dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
     if not (n_rows and n_cols):
         return dx
     strides = [*y.stride(), *dy.stride(), *dx.stride()]
-    block_n = triton.next_power_of_2(n_cols)
-    if block_n <= row_limit:
-        block_m = max(1, tile // block_n)
-        _rows_backward[(triton.cdiv(n_rows, block_m),)](dx, y, dy, n_rows, n_cols, *strides, BLOCK_M=block_m,
-                                                        BLOCK_N=block_n, num_warps=warps)
+    cfg = launch_settings(n_cols, y.element_size(), backward=True, **overrides)
+    if cfg.split:
+        _split_launch(_split_backward, dict(dx_ptr=dx, y_ptr=y, dy_ptr=dy, y_row=y.stride(0), y_col=y.stride(1),
+                                            dy_row=dy.stride(0), dy_col=dy.stride(1), dx_row=dx.stride(0),
+                                            dx_col=dx.stride(1)),
+                      n_rows, n_cols, cfg.chunk, 1, cfg.num_warps)
     else:
-        _split_launch(_split_backward, [dx, y, dy], strides, n_rows, n_cols, chunk, 1, warps)
+        _rows_backward[(triton.cdiv(n_rows, cfg.block_m),)](dx, y, dy, n_rows, n_cols, *strides, BLOCK_M=cfg.block_m,
+                                                            BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
     return dx
 
 

@@ -10,8 +10,6 @@ from . import backend
 
 backend.select()
 
-import triton  # noqa: E402  (after select(): see above)
-import triton.language as tl  # noqa: E402
+import triton  # noqa: E402,F401  (after select(): see above; kernel modules import it from here)
+import triton.language as tl  # noqa: E402,F401
 import triton.testing  # noqa: E402,F401  (do_bench, for the autotuner)
-
-__all__ = ["triton", "tl"]

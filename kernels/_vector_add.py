@@ -12,6 +12,8 @@ from . import _checks
 from ._offsets import block_start, wide
 from ._triton import tl, triton
 
+__all__ = ["vector_add", "vector_add_ref", "vector_add_unmasked", "vector_add_writeup"]
+
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.int32)
 

@@ -1,6 +1,8 @@
 """Tests run wherever they are started: in Triton's interpreter on a CPU machine (CI), compiled on a GPU.
 Tolerances sit beside the dtypes they belong to."""
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -38,3 +40,21 @@ def fresh_tiles(tmp_path, monkeypatch):
     _flash_tiles.forget()
     yield _flash_tiles
     _flash_tiles.forget()
+
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def copy_project(dest: Path) -> dict:
+    """Copy the project's sources into ``dest``; return the environment a command there runs in, which
+    imports that copy's `kernels` and `lab` (as `pip install -e .` in the copy would), not this checkout's."""
+    for item in ("Snakefile", "config.yaml", "workflow", "kernels", "tests"):
+        src = PROJECT / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / item)
+    return runs_in(dest)
+
+
+def runs_in(project: Path) -> dict:
+    """The environment of a command that must import ``project``'s packages."""
+    paths = [str(project), str(project / "workflow"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}

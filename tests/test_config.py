@@ -1,19 +1,16 @@
 """Bad config is refused before any job starts, and the message names the key (and the allowed range where
-there is one). Checked in-process with the same two checks the workflow runs first (the JSON schema, then
-lab.settings); tests/test_workflow.py checks that Snakemake itself stops on them."""
+there is one). Checked in-process with the same two checks the workflow runs first (the JSON schema, the top
+level's and each unit's section, then lab.settings); tests/test_workflow.py checks that Snakemake itself stops
+on them."""
 import copy
 from pathlib import Path
 
 import pytest
 import yaml
-from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
 
-from lab import settings
-from lab.experiments import registry
+from lab import settings, units
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
 BASE = yaml.safe_load((ROOT / "config.yaml").read_text())
 
 
@@ -26,8 +23,8 @@ def merged(override: dict) -> dict:
 
 
 def check(config: dict) -> None:
-    validate(config, SCHEMA)
-    settings.check(config, registry())
+    settings.validate(config, units.schemas())
+    settings.check(config, units.registry())
 
 
 def test_the_shipped_config_passes():
@@ -46,7 +43,7 @@ BAD = [
     ({"vector_add": {"correctness": {"shapes": []}}}, ["shapes"]),               # empty list
     ({"vector_add": {"correctness": {"sizes": [10**12]}}}, ["sizes", "2147483647"]),  # absurd size
     ({"relu_dropout": {"statistics": {"seeds": 10**9}}}, ["seeds", "10000"]),    # absurd count
-    ({"relu_dropout": {"performance": {"p": 1.5}}}, ["'p'", "1"]),              # probability out of range
+    ({"relu_dropout": {"performance": {"p": 1.5}}}, ["relu_dropout.performance.p", "1"]),              # probability out of range
     ({"relu_dropout": {"correctness": {"ps": [0.5, 1.0]}}}, ["ps", "1"]),        # p = 1 drops everything
     ({"seed": -1}, ["seed", "minimum of 0"]),                                    # out of range
     ({"softmax": {"bug": {"block_size": 1000}}}, ["block_size", "1024"]),         # not a power of two
@@ -62,11 +59,20 @@ BAD = [
 
 @pytest.mark.parametrize("override, named", BAD, ids=[str(o) for o, _ in BAD])
 def test_bad_value_is_refused_naming_the_key(override, named):
-    with pytest.raises((WorkflowError, settings.ConfigError)) as err:
+    with pytest.raises(settings.ConfigError) as err:
         check(merged(override))
     message = str(err.value)
     for word in named:
         assert word in message, (word, message)
+
+
+def test_a_section_may_be_left_out_but_not_the_keys_every_run_has():
+    config = merged({})
+    del config["softmax"]
+    check(config)  # that kernel is not run
+    del config["bench"]
+    with pytest.raises(settings.ConfigError, match="'bench' is a required property"):
+        check(config)
 
 
 def test_at_least_twelve_bad_values_are_covered():

@@ -98,5 +98,6 @@ def test_gradients_of_expanded_inputs_are_summed_over_the_repeats():
     args = (q1.expand(2, 2, 8, 32), k1.expand(2, 2, 8, 32), v1.expand(2, 2, 8, 32))
     got = torch.autograd.grad(flash_attention(*args), (q1, k1, v1), do)
     want = torch.autograd.grad(flash_attention_ref(*args), (q1, k1, v1), do)
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+    tol = max(1e-4, attention_eps(torch.float32, ON_GPU))  # fp32 tl.dot is TF32 on the GPU; a gradient summed
+    for g, w in zip(got, want):                            # over the wrong repeats is off by O(1)
+        torch.testing.assert_close(g, w, atol=tol, rtol=1e-4)

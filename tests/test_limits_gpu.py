@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from conftest import ON_GPU
-from lab.experiments import flash_attention as flash_exp
-from lab.experiments import relu_dropout as dropout_exp
-from lab.experiments import softmax as softmax_exp
-from lab.experiments import vector_add as add_exp
+from lab.units import flash_attention as flash_exp
+from lab.units import relu_dropout as dropout_exp
+from lab.units import softmax as softmax_exp
+from lab.units import vector_add as add_exp
 
 pytestmark = pytest.mark.skipif(not ON_GPU, reason="needs a GPU (tensors of several GB)")
 PAST_INT32 = 2**31 + 2**22 + 3

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import copy_project
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI") == "true"
@@ -28,15 +29,13 @@ def cluster():
 
 
 def test_experiments_run_as_slurm_jobs_and_aggregation_locally(cluster, tmp_path, capsys):
-    for item in ("Snakefile", "config.yaml", "workflow", "kernels", "tests"):
-        src = ROOT / item
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / item)
+    env = copy_project(tmp_path)
     # What a user sets for their cluster: the partition, memory and runtime (see README, "On a cluster").
     run = subprocess.run(
         [sys.executable, "-m", "snakemake", "--workflow-profile", "workflow/profiles/slurm",
          "--configfile", "tests/tiny_config.yaml", "--default-resources", "slurm_partition=debug", "mem_mb=1500",
          "runtime=20", "--slurm-init-seconds-before-status-checks", "5"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=1500)
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-5000:]
 

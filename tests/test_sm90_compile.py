@@ -44,7 +44,7 @@ def test_every_candidate_tile_that_fits_by_estimate_really_fits(kernel, n_ptr, k
 
 
 def test_writeup_attention_needs_more_shared_memory_as_n_k_grows():
-    from lab.experiments.attention import hopper_shared_bytes
+    from lab.units.attention import hopper_shared_bytes
 
     small, large = (hopper_shared_bytes(n, 64, "float16") for n in (128, 512))
     assert large >= 3 * small  # K and the score tile grow linearly with n_k

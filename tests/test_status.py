@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from lab import plan, status
-from lab.experiments import registry
+from lab.units import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = status.config_of([str(ROOT / "config.yaml"), str(ROOT / "tests/tiny_config.yaml")])

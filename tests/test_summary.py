@@ -3,7 +3,8 @@ come from the timings, forward and backward kept apart, and the fusion compariso
 FlashAttention: what tuning bought per bucket, and the cost of a call at a new length."""
 import pandas as pd
 
-from lab import plots, report, summary
+from lab import plots, report
+from lab.units import flash_attention, ladder, softmax
 from lab.table import row
 
 GPU = dict(device="NVIDIA H200", backend="gpu", triton="3.6.0")
@@ -27,7 +28,7 @@ def softmax_table():
 
 
 def test_softmax_widths_ratios_and_copy_fraction():
-    w = summary.softmax_widths(softmax_table(), COPY).set_index(["direction", "n_cols"])
+    w = softmax.softmax_widths(softmax_table(), COPY).set_index(["direction", "n_cols"])
     assert w.loc[("forward", 128), "torch/triton time"] == 3900 / 4000  # torch faster: below 1
     assert w.loc[("forward", 4096), "torch/triton time"] == 3950 / 2000
     assert w.loc[("backward", 4096), "torch/triton time"] == 3950 / 2 / 2000  # backward rows stay apart
@@ -36,18 +37,17 @@ def test_softmax_widths_ratios_and_copy_fraction():
 
 
 def test_report_section_names_the_weakest_width(tmp_path):
-    text = report._softmax_widths({"softmax/performance": softmax_table().assign(copy_gbps=COPY),  # its job's ceiling
-                                   "relu_dropout/performance": pd.DataFrame(columns=["status"])})
+    text = softmax.section_widths({"softmax/performance": softmax_table().assign(copy_gbps=COPY)})  # its job's ceiling
     assert "forward, float32: against torch 0.97x..2.00x (lowest at 128 columns)" in text
     assert "from 1024 columns up at least 0.75 of copy (at 262144)" in text
-    plots.save(plots.softmax_widths(summary.softmax_widths(softmax_table(), COPY), COPY, "NVIDIA H200"),
+    plots.save(softmax.plot_softmax_widths(softmax.softmax_widths(softmax_table(), COPY), COPY, "NVIDIA H200"),
                tmp_path / "softmax_widths.png")
     assert (tmp_path / "softmax_widths.png").stat().st_size > 0
 
 
 def test_fusion_compares_forward_times_only():
     t = softmax_table()
-    f = summary.fusion({"softmax/performance": t,
+    f = ladder.fusion({"softmax/performance": t,
                         "relu_dropout/performance": t.iloc[:0].assign(size=[])})
     assert set(f["unfused"]) == {"torch_naive"}
     assert f.set_index("size").loc[128, "time_ratio"] == (1 / 500) / (1 / 3900)
@@ -67,13 +67,13 @@ def flash_rows():
 
 
 def test_tuning_reports_winners_and_what_the_first_candidate_cost():
-    t = summary.tuning(flash_rows())
+    t = flash_attention.tuning(flash_rows())
     assert t.to_dict("records") == [{"kernel": "fwd", "d": 64, "causal": False, "buckets": 2, "candidates": 2,
                                      "winners": "a, b", "first candidate / best, worst bucket": 2.0}]
 
 
 def test_call_cost_text_quotes_the_first_call_and_memory():
-    text = report._call_cost(flash_rows())
+    text = flash_attention._call_cost(flash_rows())
     assert "500 ms at S=3000" in text and "0.25 ms at S=3001, in the bucket S=3000 had tuned" in text
     assert "3.000 MiB for the first (tuning) call, 2.000 MiB for a later one" in text
 
@@ -81,7 +81,7 @@ def test_call_cost_text_quotes_the_first_call_and_memory():
 def test_a_report_section_whose_table_is_missing_says_so():
     """A GPU run whose config left attention's timing out: its section says what is missing, never KeyError."""
     tables = {"softmax/performance": softmax_table().assign(copy_gbps=COPY)}
-    text = report._performance(tables)
+    text = report._sections(tables)
     assert "Not settled: `attention/performance` missing (not in this run)." in text
     assert "Not settled: `calibration/ceilings` missing" in text
     assert "softmax at every row width" in text  # what it has, it still reports

@@ -7,6 +7,7 @@ clone, that the committed GPU run is up to date and cannot be overwritten from t
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,7 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import lab.figures
+from conftest import copy_project, runs_in
+from lab import units
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -25,7 +27,7 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 def smk(workdir, *args, check=True, config="tests/tiny_config.yaml"):
     done = subprocess.run([*SNAKEMAKE, *(["--configfile", config] if config else []), *args], cwd=workdir,
-                          capture_output=True, text=True, timeout=900)
+                          env=runs_in(Path(workdir)), capture_output=True, text=True, timeout=900)
     if check and done.returncode:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
     return done
@@ -34,9 +36,7 @@ def smk(workdir, *args, check=True, config="tests/tiny_config.yaml"):
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     work = tmp_path_factory.mktemp("lab")
-    for item in ("Snakefile", "config.yaml", "workflow", "kernels", "tests"):
-        src = ROOT / item
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / item)
+    copy_project(work)
     smk(work, "--cores", "2")
     return work
 
@@ -87,7 +87,7 @@ def job_stats(dry_run_output: str) -> dict[str, int]:
 
 EXPERIMENT_RULES = {"calibration", "vector_add", "relu_dropout", "softmax", "attention", "flash_attention"}
 SEEDED = {"vector_add": 4, "relu_dropout": 4, "softmax": 7, "attention": 4, "flash_attention": 4}  # jobs per rule
-FIGURES = {f"figure_{name}" for name in lab.figures.FIGURES}
+FIGURES = {f"figure_{name}" for name in units.figures()}
 
 
 def planned(project, *args) -> dict[str, int]:
@@ -152,6 +152,74 @@ def test_editing_a_plot_reruns_figures_and_report_only(project):
     assert set(plan) == FIGURES | {"report", "all"}
 
 
+@pytest.mark.parametrize("path", ["kernels/__init__.py", "workflow/lab/units/__init__.py", "workflow/lab/units/attention.py"])
+def test_a_registry_or_another_unit_reruns_no_vector_add_table(project, path):
+    """Registries and discovery decide which experiments exist, not what one computes; another kernel's unit
+    is not vector_add's code. (A unit feeds the report: editing one rebuilds it.)"""
+    target = project / path
+    original = target.read_bytes()
+    target.write_bytes(original + b"\n_unused_by_any_experiment = 1\n")
+    try:
+        plan = planned(project)
+    finally:
+        target.write_bytes(original)
+    assert not set(plan) & EXPERIMENT_RULES and not any(r.startswith("figure_") for r in plan), plan
+    assert set(plan) <= {"report", "all"}
+
+
+def test_editing_a_units_figure_reruns_that_figure_and_the_report_only(project):
+    unit = project / "workflow/lab/units/softmax.py"
+    original = unit.read_text()
+    unit.write_text(original.replace('"softmax: the hard-coded BLOCK_SIZE bug vs the fix',
+                                     '"softmax: the hard-coded BLOCK_SIZE bug against the fix', 1))
+    try:
+        assert unit.read_text() != original
+        plan = planned(project)
+    finally:
+        unit.write_text(original)
+    assert plan == {"figure_softmax_bug": 1, "report": 1, "all": 1}
+
+
+ADDED_KERNEL = re.compile(r"^`([^`]+)`( \(append\))?:\n\n```\w+\n(.*?)^```", re.M | re.S)
+
+
+def readme_kernel_steps() -> list[tuple[str, bool, str]]:
+    """The README's "Add a kernel" files: (path, append?, content), in order."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Add a kernel\n", 1)[1].split("\n## ", 1)[0]
+    return [(path, bool(append), code) for path, append, code in ADDED_KERNEL.findall(section)]
+
+
+def sources_of(root: Path) -> dict[str, bytes]:
+    skip = ("results", ".snakemake", "__pycache__", ".pytest_cache")
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*")
+            if p.is_file() and not set(p.relative_to(root).parts) & set(skip)}
+
+
+def test_adding_a_kernel_as_the_readme_says_runs_its_jobs_only(project, tmp_path):
+    work = tmp_path / "lab"
+    shutil.copytree(project, work)  # the tiny run done: its tables and Snakemake's records come along
+    before = sources_of(work)
+    steps = readme_kernel_steps()
+    for path, append, code in steps:
+        target = work / path
+        target.write_text((target.read_text() if append else "") + code)
+    changed = {f for f, content in sources_of(work).items() if before.get(f) != content}
+    assert changed == {path for path, _, _ in steps} and len(changed) <= 5, changed
+    assert planned(work) == {"scale": 1, "figure_scale_error": 1, "report": 1, "all": 1}
+    smk(work, "--cores", "2")
+    table = pd.read_parquet(work / "results/tiny/scale/correctness.parquet")
+    assert set(table["status"]) == {"ok"} and (table["value"] == 0).all() and sorted(table["size"]) == [1, 1000, 4097]
+    assert (work / "results/tiny/figures/scale_error.png").stat().st_size > 5_000
+    report = (work / "results/tiny/report.md").read_text()
+    assert "### scale against torch, max |diff|" in report and "`kernels.scale`: y = a * x" in report
+    assert "![scale_error](figures/scale_error.png)" in report
+    assert planned(work) == {}
+    test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_scale.py"],
+                          cwd=work, env=runs_in(work), capture_output=True, text=True, timeout=600)
+    assert test.returncode == 0 and "1 passed" in test.stdout, test.stdout[-2000:]
+
+
 def test_touching_sources_reruns_nothing(project):
     """A checkout's file dates say nothing about content: only content decides."""
     for f in [*project.glob("kernels/*.py"), *project.glob("workflow/lab/**/*.py")]:
@@ -168,13 +236,16 @@ def test_a_restored_old_table_is_rerun_even_where_snakemake_has_records_of_it(pr
     smk(project, "--cores", "1", "--config", "seed=1", *target)
     bug.write_bytes(seed0.read_bytes())  # the seed-0 table back, under seed=1
     assert job_stats(smk(project, "-n", "--config", "seed=1", *target).stdout).get("softmax") == 1
+    smk(project, "--cores", "1", "--config", "seed=1", *target)  # the stale table is rerun, once:
+    assert "Nothing to be done" in smk(project, "-n", "--config", "seed=1", *target).stdout  # its marker recorded
     smk(project, "--cores", "1")  # back at seed 0: its records say seed=1, so it reruns, and then all is current
     assert planned(project) == {}
 
 
 def test_forcerun_reruns_only_that_experiment_and_its_dependents(project):
     alone = smk(project, "-n", "--forcerun", "softmax", "--", "results/tiny/softmax/bug.parquet").stdout
-    assert job_stats(alone) == {"softmax": 1}
+    # (and the marker it was last rerun with, if it was once out of date: its inputs stay as recorded)
+    assert job_stats(alone) in ({"softmax": 1}, {"softmax": 1, "stale_marker": 1})
     smk(project, "--cores", "1", "--forcerun", "softmax", "--", "results/tiny/softmax/bug.parquet")
     assert not (project / "results/tiny/report.md").exists()  # built from the old table: gone with it
     # The next full run redoes only what depends on the new table.
@@ -250,7 +321,7 @@ def bug(s: dict) -> list[dict]:  # injected by a test: this experiment raises
 
 def test_a_failing_experiment_fails_only_its_own_claims(project):
     tiny = project / "results/tiny"
-    experiments = project / "workflow/lab/experiments/softmax.py"
+    experiments = project / "workflow/lab/units/softmax.py"
     original = experiments.read_bytes()
     others = {k: v for k, v in digests(tiny).items() if not k.startswith("softmax/")}
     experiments.write_bytes(original + FAILING_BUG)
@@ -268,7 +339,7 @@ def test_a_failing_experiment_fails_only_its_own_claims(project):
     assert rows[1][4].strip() == "reproduced" and rows[4][4].strip() == "reproduced"
     assert (tiny / "figures/softmax_bug.png").exists()  # a placeholder that says why
     # The failed table is retried on the next run, and then all is as before.
-    assert planned(project).get("softmax") == 7  # all softmax tables: the experiment's code changed back
+    assert planned(project).get("softmax") == 1  # that table alone: only its experiment's code changed back
     smk(project, "--cores", "2")
     assert report_rows(project)[6][4].strip() == "reproduced"
 
@@ -280,7 +351,8 @@ def test_an_interrupted_run_leaves_no_table_that_reads_as_complete(project, sig)
     job_log.unlink(missing_ok=True)
     proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--cores", "1", "--forcerun",
                              "flash_attention", "--", str(target.relative_to(project))],
-                            cwd=project, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=project, env=runs_in(project), start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while not (job_log.exists() and "backend=" in job_log.read_text()):  # the job is computing
         assert proc.poll() is None and time.monotonic() < deadline
@@ -298,7 +370,7 @@ def test_an_interrupted_run_leaves_no_table_that_reads_as_complete(project, sig)
 def test_two_runs_at_once_write_only_their_own_results(project):
     procs = [subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--config", f"run={name}",
                                "--cores", "1", "--", f"results/{name}/softmax/bug.parquet"],
-                              cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              cwd=project, env=runs_in(project), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for name in ("left", "right")]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs

@@ -1,6 +1,7 @@
 """Command line of one experiment job (the workflow's experiment rules call this):
 
     python -m lab.job softmax/bug results/<run>/softmax/bug.parquet --settings JSON --software JSON --code HASH
+        [--rerun-marker NAME]
 """
 from __future__ import annotations
 
@@ -12,12 +13,9 @@ import sys
 from . import runner
 
 
-def export_environment(root: str, overwrite_foreign: bool) -> None:
-    """What the workflow passes to every job through the environment (not part of any job's params):
-    where `kernels` and `lab` live, the Python to run (LAB_PYTHON), and the foreign-run override."""
-    paths = [root, os.path.join(root, "workflow")]
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        paths + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in paths])
+def export_environment(overwrite_foreign: bool) -> None:
+    """What the workflow passes to every job through the environment of its own process (not part of any
+    job's params): the Python to run (LAB_PYTHON, the planner's) and the foreign-run override."""
     os.environ["LAB_PYTHON"] = sys.executable
     os.environ["LAB_OVERWRITE_FOREIGN_RUN"] = "1" if overwrite_foreign else "0"
 
@@ -29,9 +27,10 @@ def main(argv=None) -> None:
     ap.add_argument("--settings", type=json.loads, required=True, help="the experiment's settings (JSON)")
     ap.add_argument("--software", type=json.loads, required=True, help="the software it is planned for (JSON)")
     ap.add_argument("--code", required=True, help="content hash of the source files it runs")
+    ap.add_argument("--rerun-marker", default="", help="the stale marker the job waited for, if any (recorded)")
     args = ap.parse_args(argv)
     runner.run(args.experiment, args.settings, args.software, args.code, args.output,
-               overwrite_foreign=os.environ.get("LAB_OVERWRITE_FOREIGN_RUN") == "1")
+               overwrite_foreign=os.environ.get("LAB_OVERWRITE_FOREIGN_RUN") == "1", rerun_marker=args.rerun_marker)
 
 
 if __name__ == "__main__":

@@ -95,12 +95,14 @@ def probe_rows(outcome: dict, **params) -> list[dict]:
 def ceilings(copy_bytes: int, matmul_n: int, warmup_ms: int, rep_ms: int) -> dict[str, dict[float, float]]:
     """do_bench times (ms per quantile) of a device-to-device copy of copy_bytes and an n^3 bf16 matmul:
     the ceilings every timing table divides by, measured on the GPU that table ran on."""
-    src = torch.empty(copy_bytes, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    copy = bench(lambda: dst.copy_(src), warmup_ms, rep_ms)
-    del src, dst
+    def copy():  # its buffers are freed on return, before the matmul's are allocated
+        src = torch.empty(copy_bytes, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        return bench(lambda: dst.copy_(src), warmup_ms, rep_ms)
+
+    copy_times = copy()
     a, b = (torch.randn(matmul_n, matmul_n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    return {"copy": copy, "matmul": bench(lambda: a @ b, warmup_ms, rep_ms)}
+    return {"copy": copy_times, "matmul": bench(lambda: a @ b, warmup_ms, rep_ms)}
 
 
 def ceiling_columns(s: dict) -> dict[str, float]:

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 # What a row records about its origin. The first block is software(), then the job's own context.
 SOFTWARE = ["device", "backend", "torch", "triton", "cuda", "cudnn", "driver"]
 COLUMNS = SOFTWARE + ["gpu_uuid", "sm_clock_mhz", "sm_clock_max_mhz", "git_commit", "git_dirty", "job_start",
-                      "timestamp", "config_hash", "code_hash", "fingerprint"]
+                      "timestamp", "config_hash", "code_hash", "fingerprint", "rerun_marker"]
 
 
 def digest(obj) -> str:

@@ -12,9 +12,12 @@ import traceback
 from pathlib import Path
 
 
-def run(key: str, settings: dict, software: dict, code_hash: str, output: str, overwrite_foreign: bool = False) -> None:
-    """Run experiment ``key`` ('kernel/name') with ``settings`` on the backend ``software`` names."""
-    from .experiments import registry  # no torch/triton import yet
+def run(key: str, settings: dict, software: dict, code_hash: str, output: str, overwrite_foreign: bool = False,
+        rerun_marker: str = "") -> None:
+    """Run experiment ``key`` ('kernel/name') with ``settings`` on the backend ``software`` names.
+    ``rerun_marker``: the stale marker the workflow made this job wait for, if any (recorded: the workflow
+    plans the job with the same marker again while the table is current, so its input set stays the same)."""
+    from .units import registry  # no torch/triton import yet
 
     exp = registry()[key]
     backend = software["backend"]
@@ -52,7 +55,7 @@ def run(key: str, settings: dict, software: dict, code_hash: str, output: str, o
         fingerprint = "failed"  # matches no plan: the next run retries it
         print(f"[{key}] FAILED; recorded as a failed table, retried on the next run", flush=True)
     origin = {**here, **provenance.job_context(backend), "job_start": started, "config_hash": provenance.digest(settings),
-              "code_hash": code_hash, "fingerprint": fingerprint}
+              "code_hash": code_hash, "fingerprint": fingerprint, "rerun_marker": rerun_marker}
     df = table.to_frame(rows, exp.kernel, exp.name, origin)
     table.write_parquet(df, output)
     print(f"[{key}] {len(df)} rows in {time.perf_counter() - start:.1f} s -> {output}", flush=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-RECORDED = ("device", "backend", "fingerprint", "config_hash", "code_hash", "git_commit")
+RECORDED = ("device", "backend", "fingerprint", "config_hash", "code_hash", "git_commit", "rerun_marker")
 
 
 def recorded(table: str | Path) -> dict | None:
@@ -53,7 +53,7 @@ def check_owner(run_dir: str | Path, device: str, backend: str, overwrite: bool 
 def schedule(run_dir: str | Path) -> pd.DataFrame:
     """When and where each experiment job of a run ran, from its table's rows: one row per table with
     gpu_uuid, start (job_start), end (the table's timestamp) and whether it was a timing job."""
-    from .experiments import registry
+    from .units import registry
 
     timing = {key: exp.timing for key, exp in registry().items()}
     jobs = []

@@ -1,9 +1,45 @@
-"""Config checks a JSON schema cannot express. Each error names the offending key."""
+"""The config, checked before any job starts: the JSON schema (workflow/schemas/config.schema.yaml for the
+keys every run has, each unit's SCHEMA for its own section), then what a schema cannot express. Each
+error names the offending key."""
 from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 
 
 class ConfigError(ValueError):
     pass
+
+
+def experiment_schema(settings: dict) -> dict:
+    """A unit's schema of one experiment: {setting: its schema}, each setting required and no other allowed
+    (or a whole schema by reference, {"$ref": ...})."""
+    if "$ref" in settings:
+        return copy.deepcopy(settings)
+    return {"type": "object", "additionalProperties": False, "required": list(settings),
+            "properties": copy.deepcopy(settings)}
+
+
+def schema(units: dict[str, dict]) -> dict:
+    """The whole config's schema: the top level's, with one section per unit (``units``: kernel -> its
+    SCHEMA, {experiment: {setting: schema}}). A section may be left out; a key no unit declares may not."""
+    full = yaml.safe_load(SCHEMA.read_text())
+    for kernel, experiments in units.items():
+        full["properties"][kernel] = {"type": "object", "additionalProperties": False,
+                                      "properties": {e: experiment_schema(s) for e, s in experiments.items()}}
+    return full
+
+
+def validate(config: dict, units: dict[str, dict]) -> None:
+    e = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema(units)).iter_errors(config))
+    if e is not None:
+        where = ".".join(map(str, e.absolute_path)) or "(top level)"
+        raise ConfigError(f"config key {where}: {e.message} (schema rule '{e.validator}')")
 
 
 def _ranges(node, path=""):

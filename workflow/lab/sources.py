@@ -1,9 +1,14 @@
-"""Which source files a module runs: its imports within this project, followed transitively.
+"""Which source code a table, a figure or the report depends on: read from the syntax tree, never run.
 
-An experiment's table depends on exactly these files (its kernels, its experiment module and the lab
-helpers they use), so the workflow declares them as the job's input and hashes their content. Imports
-are read from the syntax tree, nothing is executed; imports inside functions count too. A name taken
-from ``kernels`` is followed to the module that defines it (``kernels.EXPORTS``).
+A module depends on the project modules it imports (imports inside functions count too), followed
+transitively; a name taken from ``kernels`` leads to the kernel module whose ``__all__`` lists it.
+Within a lab unit (lab/units/<kernel>.py), which declares everything the lab does with one kernel, a
+declaration depends on its own definition and the top-level definitions and imports it uses, not on
+the rest of the file: editing a figure of a unit reruns none of its experiments. A name taken from
+another unit (``from .softmax import NAIVE``) counts as that name's slice of it.
+
+Registries and discovery (``REGISTRIES``) are left out: they decide *which* experiments exist, not what
+any of them computes, so adding a unit or a kernel module changes no other table's hash.
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"kernels": ROOT / "kernels", "lab": ROOT / "workflow" / "lab"}
+REGISTRIES = frozenset({"kernels/__init__.py", "workflow/lab/units/__init__.py"})
 
 
 def path_of(module: str) -> Path | None:
@@ -28,18 +34,22 @@ def path_of(module: str) -> Path | None:
     return None
 
 
+def _relative(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+@lru_cache(maxsize=None)
 def _kernel_exports() -> dict[str, str]:
-    tree = ast.parse((PACKAGES["kernels"] / "__init__.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "EXPORTS" for t in node.targets):
-            return {name: f"kernels.{mod}" for name, mod in ast.literal_eval(node.value).items()}
-    return {}
+    import kernels  # no side effects: reads the kernel modules' __all__ from their source
+
+    return {name: f"kernels.{module}" for name, module in kernels.exports().items()}
 
 
-def _imports(module: str, path: Path) -> set[str]:
+def _imported(module: str, path: Path, nodes) -> set[str]:
+    """The modules the import statements among ``nodes`` (syntax nodes of ``module``'s file) load."""
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in nodes:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -47,7 +57,7 @@ def _imports(module: str, path: Path) -> set[str]:
             base = ".".join(base[: len(base) - node.level + 1]) if node.level else ""
             source = ".".join(p for p in (base, node.module or "") if p)
             found.add(source)
-            for alias in node.names:  # `from pkg import name`: name may be a submodule or an export
+            for alias in node.names:  # `from pkg import name`: name may be a submodule or a kernel export
                 found.add(f"{source}.{alias.name}")
                 if source == "kernels":
                     found.add(_kernel_exports().get(alias.name, ""))
@@ -57,16 +67,105 @@ def _imports(module: str, path: Path) -> set[str]:
 
 @lru_cache(maxsize=None)
 def closure(module: str) -> tuple[str, ...]:
-    """Project source files ``module`` runs, relative to the project root, sorted."""
+    """Project source files ``module`` runs, relative to the project root, sorted; registries left out."""
     seen, todo = {}, [module]
     while todo:
         name = todo.pop()
         path = path_of(name)
-        if path is None or path in seen.values():
+        if path is None or path in seen.values() or _relative(path) in REGISTRIES:
             continue
         seen[name] = path
-        todo.extend(_imports(name, path) - set(seen))
-    return tuple(sorted(str(p.relative_to(ROOT)) for p in seen.values()))
+        todo.extend(_imported(name, path, ast.walk(ast.parse(path.read_text()))) - set(seen))
+    return tuple(sorted(_relative(p) for p in seen.values()))
+
+
+def _top_level_names(node) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [(a.asname or a.name).split(".")[0] for a in node.names]
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    return []
+
+
+def _alias_line(node, alias) -> str:
+    """One imported name as its own import statement (what a slice depends on is the names it uses)."""
+    name = f"{alias.name} as {alias.asname}" if alias.asname else alias.name
+    if isinstance(node, ast.Import):
+        return f"import {name}"
+    return f"from {'.' * node.level}{node.module or ''} import {name}"
+
+
+@lru_cache(maxsize=None)
+def _slice(module: str, names: tuple[str, ...]) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """The part of ``module``'s source that the top-level ``names`` use: their definitions, the top-level
+    definitions and imported names those use (transitively), and every top-level statement that defines
+    nothing (it always runs). Returns (that source, the project files its imports run, whole, and the other
+    units it takes names from, whose slices are part of that source)."""
+    path = path_of(module)
+    text = path.read_text()
+    body = ast.parse(text).body
+    defines = {}
+    for node in body:
+        for name in _top_level_names(node):
+            defines.setdefault(name, []).append(node)
+    kept = [n for n in body if not _top_level_names(n) and not (n is body[0] and isinstance(n, ast.Expr))]
+    used = set(names)
+    todo = list(names) + [x.id for n in kept for x in ast.walk(n) if isinstance(x, ast.Name)]
+    while todo:
+        name = todo.pop()
+        used.add(name)
+        for node in defines.pop(name, []):
+            if node not in kept:
+                kept.append(node)
+                todo.extend(x.id for x in ast.walk(node) if isinstance(x, ast.Name))
+    lines, parts, imports, files, units = text.splitlines(), [], [], set(), set()
+    for node in sorted(kept, key=lambda n: n.lineno):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):  # of a top-level import, only the names used
+            for alias in node.names:
+                if (alias.asname or alias.name).split(".")[0] not in used:
+                    continue
+                parts.append(_alias_line(node, alias))
+                other = _unit_of(module, path, node, alias)
+                if other:  # a name from another unit: only that name's slice of it
+                    source, more, their_units = _slice(other, (alias.name,))
+                    parts.append(source)
+                    files |= set(more)
+                    units |= {*their_units, _relative(path_of(other))}
+                else:
+                    imports.append(type(node)(**{**node.__dict__, "names": [alias]}))
+            continue
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        parts.append("\n".join(lines[first - 1:node.end_lineno]))
+        imports.extend(x for x in ast.walk(node) if isinstance(x, (ast.Import, ast.ImportFrom)))  # inside functions
+    files |= {f for m in _imported(module, path, imports) for f in closure(m)}
+    own = {_relative(path)}
+    return "\n".join(parts), tuple(sorted(files - own)), tuple(sorted(units - own))
+
+
+def _unit_of(module: str, path: Path, node, alias) -> str | None:
+    """The unit module a top-level `from .<unit> import <name>` takes a definition from (None otherwise)."""
+    if not isinstance(node, ast.ImportFrom) or not node.level or not node.module:
+        return None
+    package = (module if path.name == "__init__.py" else module.rsplit(".", 1)[0]).split(".")
+    source = ".".join([*package[: len(package) - node.level + 1], node.module])
+    unit = path_of(source)
+    if (source.startswith("lab.units.") and unit is not None and unit.name != "__init__.py"
+            and path_of(f"{source}.{alias.name}") is None):
+        return source
+    return None
+
+
+def declaration_code(module: str, *names: str) -> tuple[list[str], str]:
+    """What a unit's declaration (a function named in ``names``, defined in ``module``) depends on: the
+    files it runs (its own module's file included, as the job's input) and the content hash of exactly
+    the code it depends on (the slice of its own module and of any unit it takes names from, the whole of
+    every other file)."""
+    source, files, units = _slice(module, tuple(sorted(names)))
+    h = hashlib.sha256(source.encode() + b"\0" + digest(files).encode())
+    return sorted({*files, *units, _relative(path_of(module))}), h.hexdigest()[:16]
 
 
 def digest(files) -> str:

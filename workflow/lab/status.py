@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from . import plan, runs, settings
-from .experiments import registry
+from .units import registry
 
 
 def config_of(paths: list[str]) -> dict:

@@ -8,37 +8,33 @@
 # compared here as well: a table whose fingerprint no longer matches gets one more input, a marker named
 # after the fingerprint it must have and the file it replaces, which rule stale_marker makes just before
 # the job. Planning touches no file; only a real run writes the marker (under .snakemake/, never results/).
-import glob
+# The workflow and its jobs import `kernels` and `lab` as installed (`pip install -e .`: this checkout).
 import json
 import os
 import sys
 
 import yaml
 
-from snakemake.utils import validate
+from snakemake.exceptions import WorkflowError
 
-# The workflow and its jobs import `kernels` and `lab` from this checkout, installed or not.
+import kernels.backend  # no side effects: resolves, does not select
+from lab import claims, job, plan, provenance, runs, settings, sources, units
+from lab.compare import run_tables
+from lab.table import input_name
+
 ROOT = os.path.abspath(workflow.basedir)
-for _path in (ROOT, os.path.join(ROOT, "workflow")):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-
-validate(config, "../schemas/config.schema.yaml")
-
-import kernels.backend  # noqa: E402  (no side effects: resolves, does not select)
-from lab import claims, figures, job, plan, provenance, runs, settings, sources  # noqa: E402
-from lab.compare import run_tables  # noqa: E402
-from lab.experiments import registry  # noqa: E402
-from lab.figures import FIGURES  # noqa: E402
-from lab.table import input_name  # noqa: E402
-
+if os.path.realpath(sources.ROOT) != os.path.realpath(ROOT):
+    raise WorkflowError(f"this workflow is {ROOT}, but Python imports the lab from {sources.ROOT}: run "
+                        "`pip install -e .` in this checkout (or put it first on PYTHONPATH) so that its jobs run its code")
+registry = units.registry
+settings.validate(config, units.schemas())  # the schema: the top level's and each unit's section
 settings.check(config, registry())  # what a JSON schema cannot say, before any job starts
 
 BACKEND = kernels.backend.resolve(config["backend"])
 SOFTWARE = provenance.software(BACKEND)
 RUN = provenance.run_name(SOFTWARE) if config["run"] == "auto" else config["run"]
 OUT = f"results/{RUN}"
-job.export_environment(ROOT, config["overwrite_foreign_run"])
+job.export_environment(config["overwrite_foreign_run"])
 
 # The experiments config.yaml asks for, each one job, and what determines each one's table.
 EXPERIMENTS = plan.experiments(config, registry())
@@ -79,6 +75,10 @@ for _key in EXPERIMENTS:
         # earlier marker (Snakemake skips a temp input it already made and removed) can stand for it.
         _version = os.stat(table(_key)).st_mtime_ns
         STALE[_key] = f".snakemake/lab/stale/{RUN}/{_key}/{FINGERPRINT[_key]}-{_version}"
+    elif OWN_RUN and _rec.get("rerun_marker"):
+        # A current table made by a job that waited for a marker: planned with that marker again (a temp
+        # input Snakemake made and removed, so it is not made again), its input set and params as recorded.
+        STALE[_key] = _rec["rerun_marker"]
     elif not OWN_RUN and (_rec["config_hash"], _rec["code_hash"]) != (provenance.digest(SETTINGS[_key]), CODE_HASH[_key]):
         OUTDATED_FOREIGN.append(_key)
 if OUTDATED_FOREIGN:
@@ -107,6 +107,7 @@ def experiment_params(kernel):
         settings=lambda wildcards: json.dumps(SETTINGS[key(wildcards)], sort_keys=True),
         software=json.dumps(SOFTWARE, sort_keys=True),
         code=lambda wildcards: CODE_HASH[key(wildcards)],
+        marker=lambda wildcards: STALE.get(key(wildcards), ""),
     )
 
 
@@ -114,9 +115,9 @@ def experiment_params(kernel):
 # drawn when this config produces its tables; a claim whose table it does not produce is 'not settled'.
 with open(os.path.join(ROOT, "workflow/claims.yaml")) as _fh:
     CLAIMS = yaml.safe_load(_fh)
-claims.check_declarations(CLAIMS, FIGURES)
+claims.check_declarations(CLAIMS, units.figures())
 claims.check_probes(CLAIMS, config)
-DRAWN = figures.drawable(EXPERIMENTS)
+DRAWN = units.drawable(EXPERIMENTS)
 
 
 def compared_tables(wildcards):

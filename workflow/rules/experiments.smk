@@ -24,7 +24,7 @@ for _kernel in KERNELS if OWN_RUN else []:
             gpu=int(BACKEND == "gpu"),
         shell:
             '"$LAB_PYTHON" -m lab.job {params.experiment} {output.table:q} --settings {params.settings:q}'
-            " --software {params.software:q} --code {params.code} > {log:q} 2>&1"
+            " --software {params.software:q} --code {params.code} --rerun-marker={params.marker:q} > {log:q} 2>&1"
 
 
 rule stale_marker:

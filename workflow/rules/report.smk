@@ -1,7 +1,9 @@
 # The report: every claim of the writeup, said / measured / verdict, from the tables. report.md for
 # reading in the repository, claims.html for `snakemake --report` (beside the figures).
 REPORT = f"{OUT}/report.md"
-REPORT_CODE = plan.code_files("lab.report") + ["workflow/scripts/report.py", *sorted(glob.glob("workflow/report/*.rst"))]
+# The report reads every unit (its checks, sections, providers and captions), all of each.
+REPORT_CODE = plan.code_files("lab.report", *(m.__name__ for m in units.load())) + [
+    "workflow/scripts/report.py", "workflow/report/claims.rst"]
 
 
 rule report:

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from kernels import flash_attention
-from lab.experiments.flash_attention import _per_call_ms
+from lab.units.flash_attention import _per_call_ms
 from lab.measure import sdpa_backend_of
 
 

@@ -3,19 +3,41 @@ elements (claim 20), and bandwidth against torch.add."""
 from __future__ import annotations
 
 import torch
+import yaml
 
 from .. import isolated
+from ..claims import NOT_REPRODUCED, REPRODUCED, bools, by_provider, skipped
 from ..measure import BF16_IN_INTERPRETER, bench, device, is_gpu, probe_rows, randn, runnable, timing_rows
+from ..providers import TORCH, TRITON, WRITEUP
+from ..summary import ok
 from ..table import needs_gpu, row
-from . import experiment
+from . import claim, experiment
 
+RUNG = 1
+SCHEMA = yaml.safe_load("""
+correctness:
+  sizes: {$ref: "#/$defs/sizes"}
+  shapes: {type: array, items: {$ref: "#/$defs/sizes"}, minItems: 1}
+  dtypes: {type: array, items: {type: string, enum: [float32, float16, bfloat16, int32]}, minItems: 1}
+mask:
+  sizes: {$ref: "#/$defs/sizes"}
+  block_size: {$ref: "#/$defs/block_size"}
+limits:
+  size: {$ref: "#/$defs/past_int32"}
+  dtype: {$ref: "#/$defs/dtype"}
+performance: {$ref: "#/$defs/bandwidth_sweep"}
+""")
+PROVIDERS = {WRITEUP: "`kernels.vector_add_writeup`, the writeup's add kernel as printed (int32 offsets)",
+             TRITON: "`kernels.vector_add`: the writeup's kernel, variant `int64_offsets` (64-bit offsets where a size "
+                     "needs them)",
+             TORCH: "`torch.add`"}
 
 
 def _kernels() -> dict:
     """provider -> kernel: the writeup's as printed, and the project's (64-bit offsets where a size needs them)."""
     from kernels import vector_add, vector_add_writeup
 
-    return {"triton_writeup": vector_add_writeup, "triton": vector_add}
+    return {WRITEUP: vector_add_writeup, TRITON: vector_add}
 
 
 def _inputs(shape, dtype_name, seed):
@@ -109,7 +131,41 @@ def performance(s: dict) -> list[dict]:
         x, y = _inputs([n], s["dtype"], s["seed"])
         gbytes = 3 * n * x.element_size() / 1e9  # read x, read y, write out
         peers = {provider: (lambda f=kernel: f(x, y)) for provider, kernel in _kernels().items()}
-        for provider, fn in {**peers, "torch": lambda: torch.add(x, y)}.items():
+        for provider, fn in {**peers, TORCH: lambda: torch.add(x, y)}.items():
             rows += timing_rows(bench(fn, **s["bench"]), gbytes, "GB", provider=provider,
                                 size=n, dtype=s["dtype"], bytes=gbytes * 1e9)
     return rows
+
+
+# --- claims it settles ---------------------------------------------------------------------------
+
+@claim(1, ['vector_add/correctness'])
+def vector_add_exact(t, s):
+    d = t["vector_add/correctness"]
+    parts, good = [], True
+    for provider, g in by_provider(d):
+        exact = bools(g, "exact_match")
+        sizes = sorted(ok(g, metric="exact_match")["size"].astype(int).unique())
+        good &= bool(len(exact) and exact.all())
+        parts.append(f"{provider}: bit-exact in {int(exact.sum())}/{len(exact)} cases"
+                     + (f", sizes {sizes[0]}..{sizes[-1]} incl. {', '.join(str(x) for x in sizes if x % 1024)} "
+                        f"(not multiples of 1024), dtypes {', '.join(sorted(ok(g)['dtype'].unique()))}" if sizes else ""))
+    return "; ".join(parts) + skipped(d), REPRODUCED if good and parts else NOT_REPRODUCED
+
+
+@claim(14, ['vector_add/mask'])
+def mask_needed(t, s):
+    d = ok(t["vector_add/mask"])
+    past = d[d["metric"] == "elements_written_past_end"].set_index(["variant", "size"])
+    read = d[d["metric"] == "read_past_end"].set_index(["variant", "size"])["value"].astype(bool)
+    inside = bools(d, "in_bounds_exact")
+    un = past.loc["unmasked"]
+    measured = (f"{d['backend'].iloc[0]}, block {int(d['block_size'].iloc[0])}: without the mask the last block wrote "
+                + ", ".join(f"{int(r.value)} of {int(r.expected_past_end)} elements past the end at size {n}"
+                            for n, r in un.iterrows())
+                + f", and read past the end of x and y: {bool(read.loc['unmasked'].all())}; with the mask: "
+                f"{int(past.loc['masked']['value'].sum())} written, read past the end: {bool(read.loc['masked'].any())}; "
+                f"in-bounds results exact in both: {bool(inside.all())}")
+    good = ((un["value"] == un["expected_past_end"]).all() and (un["expected_past_end"] > 0).any()
+            and read.loc["unmasked"].all() and (past.loc["masked"]["value"] == 0).all() and not read.loc["masked"].any())
+    return measured, REPRODUCED if good else NOT_REPRODUCED

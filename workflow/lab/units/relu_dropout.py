@@ -7,11 +7,51 @@ import numpy as np
 import torch
 from scipy import stats
 
-from .. import isolated
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+import yaml
+
+from .. import isolated, plots
+from ..claims import FALSE_POINT_HOLDS, NOT_REPRODUCED, NUANCE, REPRODUCED, bools, by_provider, weakest
 from ..measure import BF16_IN_INTERPRETER, bench, device, generator, is_gpu, probe_rows, randn, runnable, timing_rows, ulps
 from ..measure import dtype as to_dtype
+from ..providers import FUSED, WRITEUP
+from ..summary import median, ok
 from ..table import needs_gpu, row
-from . import experiment
+from . import claim, experiment, figure, section
+from .calibration import own_ceiling
+
+RUNG = 2
+SCHEMA = yaml.safe_load("""
+correctness:
+  sizes: {$ref: "#/$defs/sizes"}
+  ps: {type: array, items: {type: number, minimum: 0, exclusiveMaximum: 1}, minItems: 1}
+  dtypes: {$ref: "#/$defs/dtypes"}
+statistics:
+  size: {type: integer, minimum: 1000, maximum: 100000000}
+  ps: {type: array, items: {$ref: "#/$defs/probability"}, minItems: 1}
+  tolerance: {$ref: "#/$defs/tolerance"}
+  seeds: {type: integer, minimum: 2, maximum: 10000}
+  dtype: {$ref: "#/$defs/dtype"}
+  reference_rtol:
+    description: relative tolerance of the output against the same-seed Philox reference
+    type: number
+    minimum: 0
+    maximum: 0.01
+limits:
+  size: {$ref: "#/$defs/past_int32"}
+  p: {$ref: "#/$defs/probability"}
+  dtype: {$ref: "#/$defs/dtype"}
+performance: {$ref: "#/$defs/bandwidth_sweep"}
+""")
+UNFUSED = "torch_unfused"
+PROVIDERS = {WRITEUP: "`kernels.relu_dropout_writeup`, the writeup's kernel as printed (one `tl.rand` per element, "
+                      "int32 offsets)",
+             FUSED: "`kernels.relu_dropout`, the project's kernel (`tl.rand4x`, four draws per Philox call; 64-bit "
+                    "offsets and two-word counters past 2^31); backward `kernels.relu_dropout_backward`, the mask drawn "
+                    "again from the seed",
+             UNFUSED: "`dropout(relu(x))`: two torch kernels; backward through autograd"}
 
 
 def _positive(size: int, dtype_name: str, seed: int) -> torch.Tensor:
@@ -55,7 +95,7 @@ def _kernels() -> dict:
     """provider -> kernel: the writeup's as printed, and the improved one."""
     from kernels import relu_dropout, relu_dropout_writeup
 
-    return {"triton_writeup": relu_dropout_writeup, "triton_fused": relu_dropout}
+    return {WRITEUP: relu_dropout_writeup, FUSED: relu_dropout}
 
 
 def _seed_uniforms(provider: str, seed: int, n: int) -> torch.Tensor:
@@ -64,7 +104,7 @@ def _seed_uniforms(provider: str, seed: int, n: int) -> torch.Tensor:
     element 4c + j output j of tl.rand4x(seed, c)."""
     from kernels import _philox
 
-    if provider == "triton_writeup":
+    if provider == WRITEUP:
         return _philox.uniform(seed, torch.arange(n, dtype=torch.int64)).to(device())
     return _philox.uniform4x_elements(seed, n, device=device())
 
@@ -156,7 +196,7 @@ def _probe(provider: str, n: int, p: float, seed: int, dtype_name: str) -> dict:
               "tail_survivors_max_ulp": ulps(out[tail][kept[tail]], expect[kept[tail]]).max().item(),
               "tail_head_mask_agreement": (kept[tail] == kept[head]).float().mean().item(),
               "expected_agreement": p * p + (1 - p) * (1 - p)}
-    if provider == "triton_fused":
+    if provider == FUSED:
         del out
         dx = relu_dropout_backward(torch.ones_like(x), x, p, seed)
         result["backward_same_mask_tail"] = bool(torch.equal(dx[tail] != 0, kept[tail]))
@@ -177,17 +217,142 @@ def performance(s: dict) -> list[dict]:
         # Forward. Fused: read x, write out. Unfused: relu reads x writes r; dropout reads r, writes out and
         # its mask (torch's dropout kernel writes a bool mask of n bytes for the backward).
         peers = [("forward", provider, lambda f=f: f(x, p, seed), 2 * nbytes) for provider, f in _kernels().items()]
-        peers += [("forward", "torch_unfused", lambda: torch.nn.functional.dropout(torch.relu(x), p, training=True),
+        peers += [("forward", UNFUSED, lambda: torch.nn.functional.dropout(torch.relu(x), p, training=True),
                    4 * nbytes + n)]
         # Backward. Fused: read x and dy, write dx (the mask drawn again). torch: dropout's backward reads dy
         # and the mask, writes g; relu's reads g and its output, writes dx.
         dy = randn([n], s["dtype"], seed + 1)
         leaf = x.detach().requires_grad_()
         out = torch.nn.functional.dropout(torch.relu(leaf), p, training=True)
-        peers += [("backward", "triton_fused", lambda: relu_dropout_backward(dy, x, p, seed), 3 * nbytes),
-                  ("backward", "torch_unfused", lambda: torch.autograd.grad(out, leaf, dy, retain_graph=True),
+        peers += [("backward", FUSED, lambda: relu_dropout_backward(dy, x, p, seed), 3 * nbytes),
+                  ("backward", UNFUSED, lambda: torch.autograd.grad(out, leaf, dy, retain_graph=True),
                    5 * nbytes + n)]
         for direction, provider, fn, moved in peers:
             rows += timing_rows(bench(fn, **s["bench"]), moved / 1e9, "GB", provider=provider, direction=direction,
                                 size=n, dtype=s["dtype"], bytes=moved)
     return rows
+
+
+# --- claims it settles --------------------------------------------------------------------------------
+
+@claim(2, ['relu_dropout/statistics'])
+def dropout_rates(t, s):
+    parts, verdicts = [], []
+    for provider, d in by_provider(t["relu_dropout/statistics"]):
+        single = ok(d, metric="drop_rate_single_seed").sort_values("p")
+        within = bools(d, "within_tolerance_single_seed")
+        tolerance = ok(d, metric="within_tolerance_single_seed")["tolerance"].iloc[0]
+        worst = ok(d, metric="max_abs_rate_error")["value"].max()
+        ulp = ok(d, metric="survivor_max_ulp_error")["value"].max()
+        seeds = int(ok(d, metric="max_abs_rate_error")["seeds"].iloc[0])
+        rates = ", ".join(f"p={p:g}: {r:.4f}" for p, r in zip(single["p"], single["value"]))
+        parts.append(f"{provider}: seed {int(single['seed'].iloc[0])}: {rates}; over {seeds} seeds the worst "
+                     f"|rate - p| is {worst:.4f} (band {tolerance:g}); survivors equal relu(x)/(1-p) within {ulp:.0f} ulp")
+        if not (within.all() and worst <= tolerance and ulp <= s["nuance_ulp"]):
+            verdicts.append(NOT_REPRODUCED)
+        elif ulp <= s["max_ulp"]:
+            verdicts.append(REPRODUCED)
+        else:
+            verdicts.append(NUANCE)
+            parts[-1] += (f" - not bit-exact (> {s['max_ulp']} ulp): the scaling is right to a few ulp; why "
+                          "(the GPU's fp32 division, or rounding 1-p first) is not checked by this run")
+    return "; ".join(parts), weakest(verdicts)
+
+
+@claim(3, ['relu_dropout/statistics'])
+def dropout_distribution(t, s):
+    """Said: allclose cannot check dropout, only its distribution can. Given the seed the output is
+    determined, so a reference built from the seed (Philox recomputed without Triton) checks it element by
+    element; the point, that the distribution must be tested too, stands when those tests pass."""
+    parts, distribution, reference = [], True, True
+    for provider, d in by_provider(t["relu_dropout/statistics"]):
+        pooled = ok(d, metric="pooled_binomtest_pvalue")["value"]
+        ks = ok(d, metric="per_seed_ks_pvalue")["value"]
+        corr = ok(d, metric="neighbour_correlation")
+        same = bools(d, "same_seed_identical")
+        agree = ok(d, metric="other_seed_mask_agreement")
+        gap = (agree["value"] - agree["expected"]).abs().max()
+        mask_ref, close_ref = bools(d, "mask_equals_seed_reference"), bools(d, "allclose_seed_reference")
+        parts.append(f"{provider}: binomial test of pooled drop counts min p-value {pooled.min():.3g}; KS test of "
+                     f"per-seed counts vs Binomial min p-value {ks.min():.3g}; neighbour correlation |r| <= "
+                     f"{corr['value'].abs().max():.4f}; same seed -> identical output: {bool(same.all())}; another "
+                     f"seed agrees on {agree['value'].min():.3f}..{agree['value'].max():.3f} of elements (independent "
+                     f"masks: p^2+(1-p)^2 = {agree['expected'].min():.2f}..{agree['expected'].max():.2f}); against a "
+                     f"reference built from the seed alone: mask identical in {int(mask_ref.sum())}/{len(mask_ref)}, "
+                     f"allclose in {int(close_ref.sum())}/{len(close_ref)} cases")
+        distribution &= bool(pooled.min() > s["alpha"] and ks.min() > s["alpha"] and same.all()
+                             and corr["value"].abs().max() <= s["max_neighbour_r"] and gap <= s["max_agreement_gap"])
+        reference &= bool(len(close_ref) and close_ref.all() and mask_ref.all())
+    if not distribution:
+        return "; ".join(parts), NOT_REPRODUCED
+    if reference:
+        return ("; ".join(parts) + " - allclose can check dropout: against a same-seed reference, which exists "
+                "because the output is a pure function of the seed; the distribution tests pass as well"), FALSE_POINT_HOLDS
+    return "; ".join(parts), REPRODUCED
+
+
+@claim(15, ['relu_dropout/statistics'])
+def hundredth_of_a_percent(t, s):
+    d = ok(t["relu_dropout/statistics"], metric="drop_rate_single_seed", provider=WRITEUP)
+    err = (d["value"] - d["p"]).abs()
+    said_err = max(abs(r - float(p)) for p, r in s["writeup_rates"].items())
+    sigma = ok(t["relu_dropout/statistics"], metric="drop_rate", provider=WRITEUP)["sigma"]
+    measured = (f"the writeup's kernel, seed {int(d['seed'].iloc[0])}: max |rate - p| = {err.max():.4f}; "
+                f"'a hundredth of a percent' is {s['literal']:g}; one seed's rate has a binomial standard deviation of "
+                f"{sigma.min():.4f}..{sigma.max():.4f} at size {int(d['size'].iloc[0])}, so no test at this size can "
+                f"promise {s['literal']:g}; the writeup's own printed rates miss p by up to {said_err:.4f}")
+    if err.max() <= s["literal"]:
+        return measured, REPRODUCED
+    if err.max() <= s["meant"]:
+        return (measured + f" - literally false; within {s['meant']:g} absolute (a hundredth, not a hundredth of a "
+                "percent), the band its test used"), FALSE_POINT_HOLDS
+    return measured, NOT_REPRODUCED
+
+
+# --- figures ------------------------------------------------------------------------------------------
+
+@figure("dropout_rates", ["relu_dropout/statistics"], "Dropout", caption="""
+Fused ReLU + dropout on 100000 positive inputs, for the writeup's kernel as written (``triton_writeup``, one
+``tl.rand`` per element) and the improved one (``triton_fused``, ``tl.rand4x``): each seed's drop rate minus
+p, in units of the binomial standard deviation sqrt(p(1-p)/n), at the writeup's p = 0.1, 0.5, 0.9. Dotted: the
+writeup's +/- 0.01 band in the same units; a correct kernel scatters like a standard normal around 0. Claims
+2, 3 and 15.""")
+def figure_dropout_rates(t):
+    return plot_dropout_rates(t["relu_dropout/statistics"])
+
+
+def plot_dropout_rates(df: pd.DataFrame) -> plt.Figure:
+    """Each seed's drop rate minus p, in binomial standard deviations, with the writeup's band."""
+    d = plots.measured(df)
+    rates = d[d["metric"] == "drop_rate"].copy()
+    rates["sigmas"] = (rates["value"] - rates["p"]) / rates["sigma"]
+    fig, ax = plt.subplots(figsize=(8, 4.4))
+    sns.stripplot(data=rates, x="p", y="sigmas", hue="provider", dodge=True, ax=ax, alpha=0.5, size=3, jitter=0.2)
+    for i, (p, g) in enumerate(rates.groupby("p")):
+        band = g["tolerance"].iloc[0] / g["sigma"].iloc[0]
+        ax.hlines([-band, band], i - 0.45, i + 0.45, colors="grey", linestyles=":")
+        ax.text(i + 0.45, band, f"+/-{g['tolerance'].iloc[0]:g}", fontsize=7, color="grey", ha="right", va="bottom")
+    ax.axhline(0, color="black", lw=1)
+    n_seeds = rates.groupby(["p", "provider"]).size().iloc[0]
+    ax.set(xlabel="p", ylabel="(drop rate - p) / binomial sigma",
+           title=f"relu_dropout: drop rate over {n_seeds} seeds, size {int(rates['size'].iloc[0])}; dotted: the "
+                 f"writeup's band ({plots.device_of(df)})")
+    ax.title.set_fontsize(9)
+    fig.tight_layout()
+    return fig
+
+
+# --- its report section ---------------------------------------------------------------------------------------
+
+@section(["relu_dropout/performance"])
+def section_backward(tables) -> str:
+    """The backward beside the forward, as fractions of the copy its job measured."""
+    perf = tables["relu_dropout/performance"]
+    dr = median(perf, "bandwidth", provider=FUSED)
+    copy_gbps = own_ceiling(perf, "copy_gbps")
+    if "direction" not in dr or dr["direction"].nunique() < 2 or not copy_gbps:
+        return ""
+    big = dr[dr["size"] == dr["size"].max()].set_index("direction")["value"]
+    return (f"\nrelu+dropout at {int(dr['size'].max())} elements: forward {big['forward'] / copy_gbps:.3f} of copy, "
+            f"backward (the mask drawn again from the seed; read x and dy, write dx) "
+            f"{big['backward'] / copy_gbps:.3f} of copy.")

@@ -1,0 +1,74 @@
+"""Launching a Triton kernel again without Triton's per-call argument binding, behind one small class.
+
+``kernel[grid](...)`` costs ~25 us of host time per call on the H200 host (Triton binds and specializes
+every argument again), more than a whole attention at short lengths. A ``DirectLaunch`` remembers the
+compiled kernel an earlier call made and launches it directly when a call would be specialized the same
+way: same device, dtypes, constexprs and launch options, same integer arguments (their values decide
+Triton's specialization), and every pointer 16-byte aligned. It is
+
+- bounded: a least-recently-used cache of ``maxsize`` specializations, so a process that meets ever new
+  shapes does not grow without end;
+- guarded: used only on the GPU backend and with the Triton versions it was written and tested for
+  (``TESTED``: their compiled kernels take ``[grid](*arguments, *constexprs, stream=...)``, constexprs by
+  position, in the kernel's own order); any other version takes ``kernel[grid](...)`` every time;
+- switchable: ``KERNELS_DIRECT_LAUNCH=0`` turns it off (read at each call).
+"""
+from __future__ import annotations
+
+import collections
+import os
+
+from . import backend
+from ._triton import triton
+
+TESTED = ("3.6",)  # Triton major.minor versions whose compiled-kernel launch this was checked against
+ENV = "KERNELS_DIRECT_LAUNCH"
+
+
+def enabled() -> bool:
+    return (os.environ.get(ENV, "1") != "0" and backend.current() == "gpu"
+            and ".".join(triton.__version__.split(".")[:2]) in TESTED)
+
+
+class DirectLaunch:
+    """``launch(programs, tensors, numbers, consts)`` = ``kernel[(programs,)](*tensors, *numbers, **consts)``:
+    tensors and numbers positional, in the kernel's order; consts by name (constexprs and launch options
+    such as num_warps)."""
+
+    def __init__(self, kernel, maxsize: int = 256):
+        if maxsize < 1:
+            raise ValueError(f"maxsize must be >= 1, got {maxsize}")
+        self.kernel, self.maxsize = kernel, maxsize
+        self._compiled: collections.OrderedDict = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._compiled)
+
+    def clear(self) -> None:
+        self._compiled.clear()
+
+    def __call__(self, programs: int, tensors: tuple, numbers: tuple, consts: dict) -> None:
+        key = None
+        if enabled() and all(t.data_ptr() % 16 == 0 for t in tensors):
+            device = _device()
+            key = (device, *(t.dtype for t in tensors), *numbers, *sorted(consts.items()))
+            hit = self._compiled.get(key)
+            if hit is not None:
+                self._compiled.move_to_end(key)
+                compiled, constexprs = hit
+                compiled[(programs, 1, 1)](*tensors, *numbers, *constexprs, stream=_stream(device))
+                return
+        compiled = self.kernel[(programs,)](*tensors, *numbers, **consts)
+        if key is not None and compiled is not None:
+            names = self.kernel.arg_names[len(tensors) + len(numbers):]  # the constexprs, in the kernel's order
+            self._compiled[key] = (compiled, tuple(consts[n] for n in names))
+            if len(self._compiled) > self.maxsize:
+                self._compiled.popitem(last=False)
+
+
+def _device() -> int:
+    return triton.runtime.driver.active.get_current_device()  # where Triton launches
+
+
+def _stream(device: int):
+    return triton.runtime.driver.active.get_current_stream(device)

@@ -1,0 +1,109 @@
+"""The host's launch paths, on any machine: the direct launch (kernels/_launch.py) with a stand-in kernel,
+and softmax's one place for its sizes (launch_settings), with its cap."""
+import pytest
+import torch
+
+from kernels import _launch
+from kernels import _softmax as sm
+
+
+class FakeCompiled:
+    def __init__(self, log):
+        self.log = log
+
+    def __getitem__(self, grid):
+        return lambda *args, stream: self.log.append(("direct", grid, args, stream))
+
+
+class FakeKernel:
+    """Stands in for a @triton.jit function: kernel[grid](...) records the call and returns a 'compiled' one."""
+    arg_names = ["x_ptr", "n", "BLOCK", "EVEN"]
+
+    def __init__(self):
+        self.log = []
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.log.append(("jit", grid, args, kwargs))
+            return FakeCompiled(self.log)
+        return run
+
+
+@pytest.fixture
+def direct(monkeypatch):
+    """The direct path as on a GPU with a tested Triton."""
+    monkeypatch.setattr(_launch.backend, "current", lambda: "gpu")
+    monkeypatch.setattr(_launch.triton, "__version__", _launch.TESTED[0] + ".0")
+    monkeypatch.setattr(_launch, "_device", lambda: 0)
+    monkeypatch.setattr(_launch, "_stream", lambda device: 1234)
+    monkeypatch.delenv(_launch.ENV, raising=False)
+    return FakeKernel()
+
+
+def test_a_repeated_call_launches_the_compiled_kernel_with_constexprs_in_the_kernels_order(direct):
+    launch = _launch.DirectLaunch(direct)
+    x = torch.zeros(64)
+    for _ in range(2):
+        launch(4, (x,), (64,), dict(EVEN=True, BLOCK=16, num_warps=4))
+    assert [e[0] for e in direct.log] == ["jit", "direct"]
+    assert direct.log[1] == ("direct", (4, 1, 1), (x, 64, 16, True), 1234)  # BLOCK before EVEN: arg_names' order
+
+
+def test_another_specialization_goes_through_triton_again(direct):
+    launch = _launch.DirectLaunch(direct)
+    x = torch.zeros(64)
+    launch(4, (x,), (64,), dict(BLOCK=16, EVEN=True))
+    launch(4, (x,), (65,), dict(BLOCK=16, EVEN=True))  # an integer's value is part of Triton's key
+    launch(4, (x.half(),), (64,), dict(BLOCK=16, EVEN=True))  # so is a dtype
+    launch(4, (x,), (64,), dict(BLOCK=16, EVEN=True, num_warps=8))  # and a launch option
+    launch(4, (x[1:],), (63,), dict(BLOCK=16, EVEN=True))  # a pointer not 16-byte aligned: never cached
+    launch(4, (x[1:],), (63,), dict(BLOCK=16, EVEN=True))
+    assert [e[0] for e in direct.log] == ["jit"] * 6
+
+
+def test_the_cache_is_bounded_least_recently_used_first(direct):
+    launch = _launch.DirectLaunch(direct, maxsize=2)
+    x = torch.zeros(64)
+    for n in (1, 2, 1, 3):  # 2 is the least recently used when 3 arrives
+        launch(1, (x,), (n,), dict(BLOCK=16, EVEN=True))
+    assert len(launch) == 2
+    direct.log.clear()
+    for n in (1, 3, 2):
+        launch(1, (x,), (n,), dict(BLOCK=16, EVEN=True))
+    assert [e[0] for e in direct.log] == ["direct", "direct", "jit"]
+    with pytest.raises(ValueError, match="maxsize"):
+        _launch.DirectLaunch(direct, maxsize=0)
+
+
+@pytest.mark.parametrize("off", ["switch", "version", "backend"])
+def test_off_switch_untested_triton_or_no_gpu_always_go_through_triton(direct, monkeypatch, off):
+    if off == "switch":
+        monkeypatch.setenv(_launch.ENV, "0")
+    elif off == "version":
+        monkeypatch.setattr(_launch.triton, "__version__", "99.1.0")
+    else:
+        monkeypatch.setattr(_launch.backend, "current", lambda: "interpreter")
+    launch = _launch.DirectLaunch(direct)
+    for _ in range(3):
+        launch(1, (torch.zeros(8),), (8,), dict(BLOCK=16, EVEN=True))
+    assert [e[0] for e in direct.log] == ["jit"] * 3 and len(launch) == 0
+
+
+@pytest.mark.parametrize("n_cols, split", [(1, False), (2000, False), (32768, False), (32769, True), (2**20, True)])
+def test_softmax_sizes_come_from_one_place(n_cols, split):
+    cfg = sm.launch_settings(n_cols, 4)
+    assert cfg.split == split
+    if not split:
+        assert cfg.block_n == 1 << (n_cols - 1).bit_length() and cfg.block_m * cfg.block_n >= cfg.block_n
+        assert cfg.block_m == max(1, sm.TILE_BYTES // 4 // cfg.block_n)
+    else:
+        assert cfg.chunk == sm.CHUNK and cfg.num_warps == sm.CHUNK_WARPS
+    back = sm.launch_settings(n_cols, 4, backward=True)
+    assert back.split == (n_cols > sm.BACKWARD_ROW_LIMIT)
+    assert sm.launch_settings(n_cols, 4, warps=2).num_warps == 2  # an override wins
+
+
+@pytest.mark.parametrize("n_cols", [0, sm.MAX_COLS + 1])
+def test_softmax_refuses_a_width_past_its_cap_naming_it(n_cols):
+    with pytest.raises(ValueError, match=rf"n_cols must be 1\.\.{sm.MAX_COLS} .* got {n_cols}"):
+        sm.launch_settings(n_cols, 4)

@@ -1,0 +1,100 @@
+"""What a declaration's output depends on (lab.sources): its own slice of its unit, the modules that slice
+imports, never a registry. Checked on a small project written here."""
+import textwrap
+
+import pytest
+
+from lab import sources
+
+UNIT = '''
+"""A unit."""
+import os
+
+from .. import helper, plots
+from . import experiment, figure
+
+LIMIT = 3
+
+
+def _inputs(n):
+    return list(range(min(n, LIMIT)))
+
+
+@experiment()
+def correctness(s):
+    return [helper.check(x) for x in _inputs(s["n"])]
+
+
+@figure("f", ["toy/correctness"], "Toy", caption="c")
+def draw(t):
+    return plots.bar(t)
+'''
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    lab = tmp_path / "workflow" / "lab"
+    (lab / "units").mkdir(parents=True)
+    (tmp_path / "kernels").mkdir()
+    files = {lab / "__init__.py": "", lab / "units" / "__init__.py": "def experiment(): ...\n",
+             lab / "helper.py": "def check(x):\n    return x\n", lab / "plots.py": "def bar(t):\n    return t\n",
+             lab / "units" / "toy.py": UNIT, tmp_path / "kernels" / "__init__.py": "",
+             lab / "units" / "across.py": "from .toy import LIMIT\n\n\ndef compare(t):\n    return LIMIT\n"}
+    for path, text in files.items():
+        path.write_text(textwrap.dedent(text))
+    monkeypatch.setattr(sources, "ROOT", tmp_path)
+    monkeypatch.setattr(sources, "PACKAGES", {"kernels": tmp_path / "kernels", "lab": lab})
+    for cached in (sources.closure, sources._slice):
+        cached.cache_clear()
+    yield lab
+    for cached in (sources.closure, sources._slice):
+        cached.cache_clear()
+
+
+def code(name):
+    for cached in (sources.closure, sources._slice):
+        cached.cache_clear()
+    return sources.declaration_code("lab.units.toy", name)
+
+
+def edit(path, old, new):
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+def test_an_experiment_depends_on_what_it_uses_and_not_on_its_units_figures(project):
+    files, first = code("correctness")
+    assert files == ["workflow/lab/__init__.py", "workflow/lab/helper.py", "workflow/lab/units/toy.py"]
+    unit = project / "units" / "toy.py"
+    edit(unit, "return plots.bar(t)", "return plots.bar(t)  # redrawn")  # the figure
+    edit(unit, "from .. import helper, plots", "from .. import helper, os as _, plots")  # an import it does not use
+    assert code("correctness")[1] == first
+    edit(unit, "LIMIT = 3", "LIMIT = 4")  # a constant a helper it calls reads
+    assert code("correctness")[1] != first
+
+
+def test_a_module_it_imports_counts_whole_and_a_registry_not_at_all(project):
+    first, drawn = code("correctness")[1], code("draw")[1]
+    (project / "units" / "__init__.py").write_text("def experiment(): ...\n_new = 1\n")
+    assert (code("correctness")[1], code("draw")[1]) == (first, drawn)
+    (project / "plots.py").write_text("def bar(t):\n    return None\n")  # only the figure's
+    assert code("correctness")[1] == first and code("draw")[1] != drawn
+    (project / "helper.py").write_text("def check(x):\n    return -x\n")
+    assert code("correctness")[1] != first
+
+
+def test_a_name_from_another_unit_counts_as_that_names_slice(project):
+    files, first = sources.declaration_code("lab.units.across", "compare")
+    assert "workflow/lab/units/toy.py" in files and "workflow/lab/helper.py" not in files
+    unit = project / "units" / "toy.py"
+    edit(unit, "return plots.bar(t)", "return None")  # toy's figure: not what `compare` reads
+    assert code_of("across", "compare") == first
+    edit(unit, "LIMIT = 3", "LIMIT = 5")
+    assert code_of("across", "compare") != first
+
+
+def code_of(unit, name):
+    for cached in (sources.closure, sources._slice):
+        cached.cache_clear()
+    return sources.declaration_code(f"lab.units.{unit}", name)[1]
