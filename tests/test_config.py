@@ -3,6 +3,7 @@ there is one). Checked in-process with the same two checks the workflow runs fir
 level's and each unit's section, then lab.settings); tests/test_workflow.py checks that Snakemake itself stops
 on them."""
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,57 @@ def test_a_section_may_be_left_out_but_not_the_keys_every_run_has():
 
 def test_at_least_twelve_bad_values_are_covered():
     assert len(BAD) >= 12
+
+
+# --- what arrives from the command line, and from files ------------------------------------------------------------
+
+def test_command_line_strings_take_the_type_their_key_asks_for():
+    config = merged({"overwrite_foreign_run": "true", "seed": "7", "softmax": {"bug": {"n_rows": "3"}},
+                     "bench": {"warmup_ms": "25"}})
+    given = {"overwrite_foreign_run": "true", "seed": "7", "softmax": {"bug": {"n_rows": "3"}}, "bench": {"warmup_ms": "25"}}
+    settings.from_command_line(config, given, units.schemas())
+    assert (config["overwrite_foreign_run"], config["seed"], config["softmax"]["bug"]["n_rows"]) == (True, 7, 3)
+    assert config["bench"]["warmup_ms"] == 25 and config["bench"]["rep_ms"] == BASE["bench"]["rep_ms"]
+    check(config)
+    config = merged({"overwrite_foreign_run": "False"})
+    settings.from_command_line(config, {"overwrite_foreign_run": "False"}, units.schemas())
+    assert config["overwrite_foreign_run"] is False
+
+
+def test_a_string_that_is_not_of_its_keys_type_stays_a_string_and_is_refused():
+    config = merged({"seed": "one"})
+    settings.from_command_line(config, {"seed": "one"}, units.schemas())
+    with pytest.raises(settings.ConfigError, match="config key seed: 'one' is not of type 'integer'"):
+        check(config)
+
+
+@pytest.mark.parametrize("override, key", [({"seed": 1.0}, "seed"), ({"bench": {"rep_ms": 2.0}}, "bench.rep_ms"),
+                                           ({"vector_add": {"correctness": {"sizes": [1.0, 1025]}}},
+                                            "vector_add.correctness.sizes.0"),
+                                           ({"seed": True}, "seed")])
+def test_types_are_strict_an_integer_is_no_float_and_no_boolean(override, key):
+    with pytest.raises(settings.ConfigError, match=rf"config key {re.escape(key)}: .* is not of type 'integer'"):
+        check(merged(override))
+
+
+@pytest.mark.parametrize("name", ["a_vs_b", "x" * 101])
+def test_a_run_name_that_a_comparison_could_not_address_or_too_long_is_refused(name):
+    with pytest.raises(settings.ConfigError, match="config key run: "):
+        check(merged({"run": name}))
+    check(merged({"run": "x" * 100}))
+
+
+def test_a_key_given_twice_in_a_config_file_is_refused_naming_the_file_key_and_lines(tmp_path):
+    f = tmp_path / "twice.yaml"
+    f.write_text("seed: 1\nsoftmax:\n  bug: {n_rows: 2}\n  bug: {n_rows: 3}\n")
+    with pytest.raises(settings.ConfigError, match=rf"{re.escape(str(f))}: key 'bug' given twice \(lines 3 and 4\)"):
+        settings.check_files([ROOT / "config.yaml", f])
+    settings.check_files([ROOT / "config.yaml", ROOT / "tests/tiny_config.yaml"])
+
+
+@pytest.mark.parametrize("text, kind", [("- a\n- b\n", "list"), ("", "NoneType"), ("just words\n", "str")])
+def test_a_config_file_that_is_no_mapping_is_named(tmp_path, text, kind):
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    with pytest.raises(settings.ConfigError, match=rf"{re.escape(str(f))}: .* mapping .* got {kind}"):
+        settings.check_files([f])

@@ -262,11 +262,23 @@ def test_report_regenerates_alone(project):
 
 
 @pytest.mark.parametrize("override, key", [("seed=-1", "seed"), ("backend=tpu", "backend"),
-                                           ("run=../escape", "run")])
+                                           ("run=../escape", "run"), ("seed=1.0", "seed"), ("run=a_vs_b", "run")])
 def test_bad_config_is_refused_naming_the_key(project, override, key):
     done = smk(project, "-n", "--config", override, check=False)
     assert done.returncode != 0
     assert key in (done.stdout + done.stderr)
+
+
+def test_command_line_values_as_the_readme_writes_them(project, tmp_path):
+    """`overwrite_foreign_run=true` is the README's escape hatch; a nested section is a YAML mapping, whose
+    values Snakemake leaves as strings; a key given twice in a config file is refused naming the file."""
+    assert planned(project, "--config", "overwrite_foreign_run=true") == {}
+    nested = planned(project, "--config", "softmax={bug: {n_rows: 3}}")  # merged into the section: one setting
+    assert {r: n for r, n in nested.items() if r in EXPERIMENT_RULES} == {"softmax": 1}
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("seed: 1\nseed: 2\n")
+    done = smk(project, "-n", "--configfile", "tests/tiny_config.yaml", str(twice), check=False)
+    assert done.returncode != 0 and f"{twice}: key 'seed' given twice (lines 1 and 2)" in done.stdout + done.stderr
 
 
 def test_a_config_without_a_claims_probe_point_is_refused_naming_the_claim(tmp_path, project):

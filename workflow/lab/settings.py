@@ -35,11 +35,95 @@ def schema(units: dict[str, dict]) -> dict:
     return full
 
 
+# Strict types: 1.0 is not an integer (JSON Schema's default says it is) and True is not a number.
+_STRICT = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=(
+    jsonschema.Draft202012Validator.TYPE_CHECKER
+    .redefine("integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool))
+    .redefine("number", lambda _, x: isinstance(x, (int, float)) and not isinstance(x, bool))))
+
+
 def validate(config: dict, units: dict[str, dict]) -> None:
-    e = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema(units)).iter_errors(config))
+    e = jsonschema.exceptions.best_match(_STRICT(schema(units)).iter_errors(config))
     if e is not None:
         where = ".".join(map(str, e.absolute_path)) or "(top level)"
         raise ConfigError(f"config key {where}: {e.message} (schema rule '{e.validator}')")
+
+
+def _types(node: dict) -> set:
+    kind = node.get("type", ())
+    return {kind} if isinstance(kind, str) else set(kind)
+
+
+def _parsed(text: str, types: set):
+    """A command-line string as the type the schema asks for (as it stands when it is none of them)."""
+    if "boolean" in types and text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind, parse in (("integer", int), ("number", float)):
+        if kind in types:
+            try:
+                return parse(text)
+            except ValueError:
+                pass
+    return text
+
+
+def from_command_line(config: dict, given: dict, units: dict[str, dict]) -> None:
+    """Values given with ``--config key=value`` arrive as strings wherever Snakemake does not parse them (a
+    YAML mapping such as ``softmax='{bug: {n_rows: 3}}'`` holds only strings, and ``true`` stays a string):
+    each becomes the type the schema asks for at its key, in place in ``config``. Values from files keep
+    their types (a YAML file's types are checked as they are)."""
+    full = schema(units)
+
+    def resolve(node: dict) -> dict:
+        while "$ref" in node:
+            node = full["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+        return node
+
+    def walk(target: dict, cli: dict, node: dict):
+        for key, value in cli.items():
+            sub = resolve((node.get("properties") or {}).get(key, {}))
+            if isinstance(value, dict) and isinstance(target.get(key), dict):
+                walk(target[key], value, sub)
+            elif isinstance(value, str):
+                target[key] = _parsed(value, _types(sub))
+            elif isinstance(value, list) and isinstance(target.get(key), list):
+                items = resolve(sub.get("items") or {})
+                target[key] = [_parsed(v, _types(items)) if isinstance(v, str) else v for v in target[key]]
+
+    walk(config, given, full)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (plain YAML keeps the last, silently)."""
+
+
+def _mapping(loader, node, deep=False):
+    seen = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise ConfigError(f"{loader.name}: key {key!r} given twice (lines {seen[key]} and "
+                              f"{key_node.start_mark.line + 1})")
+        seen[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def check_files(paths) -> None:
+    """Every config file: YAML whose top level is a mapping, with no key given twice; errors name the file."""
+    for path in paths:
+        with open(path) as fh:
+            loader = _StrictLoader(fh)
+            loader.name = str(path)
+            try:
+                data = loader.get_single_data()
+            finally:
+                loader.dispose()
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: a config file must be a mapping of keys at its top level, "
+                              f"got {type(data).__name__}")
 
 
 def _ranges(node, path=""):

@@ -27,7 +27,9 @@ if os.path.realpath(sources.ROOT) != os.path.realpath(ROOT):
     raise WorkflowError(f"this workflow is {ROOT}, but Python imports the lab from {sources.ROOT}: run "
                         "`pip install -e .` in this checkout (or put it first on PYTHONPATH) so that its jobs run its code")
 registry = units.registry
-settings.validate(config, units.schemas())  # the schema: the top level's and each unit's section
+settings.check_files(workflow.configfiles)  # YAML mappings, no key given twice
+settings.from_command_line(config, dict(workflow.config_settings.config), units.schemas())
+settings.validate(config, units.schemas())  # the schema, strictly typed: the top level's and each unit's section
 settings.check(config, registry())  # what a JSON schema cannot say, before any job starts
 
 BACKEND = kernels.backend.resolve(config["backend"])
