@@ -1,4 +1,4 @@
-"""The markdown report: provenance, one row per claim (said / measured / verdict), each unit's performance
+"""The markdown report: provenance, one row per claim (said / measured / verdict), each unit's own
 section, the figures with their captions. What is particular to a kernel comes from its unit (lab/units/)."""
 from __future__ import annotations
 

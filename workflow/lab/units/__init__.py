@@ -12,7 +12,7 @@ A unit module defines:
 - ``@experiment(...)`` functions: one job and one table ``<kernel>/<function name>`` each;
 - ``@figure(name, tables, category, caption)`` functions: draw a figure from those tables;
 - ``@claim(id, tables)`` functions: settle claim ``id`` of workflow/claims.yaml from those tables;
-- ``@section(tables)`` functions: its part of the report's performance section, from those tables;
+- ``@section(tables)`` functions: its part of the report (section "By kernel"), from those tables;
 - its tolerances, beside the experiments that use them.
 
 A declaration reads only the tables it names, so one that spans kernels (fusion) says so. What a

@@ -192,7 +192,7 @@ def performance(s: dict) -> list[dict]:
     return rows
 
 
-# --- claims it settles --------------------------------------------------------------------------------
+# --- claims it settles --------------------------------------------------------------------------------------
 
 @claim(9, ['attention/correctness'])
 def attention_shapes(t, s):
@@ -281,7 +281,7 @@ def attention_head_dims(t, s):
             f"powers of two are {sorted(odd)}: the pattern holds only in part"), NUANCE
 
 
-# --- numbers derived from its tables ----------------------------------------------------------------------
+# --- numbers derived from its tables ------------------------------------------------------------------------
 
 def wall_summary(attn: pd.DataFrame) -> pd.DataFrame:
     """Per (dtype, d): the longest n_k that ran and the first that did not, with the shared memory asked."""
@@ -296,7 +296,7 @@ def wall_summary(attn: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-# --- figures ------------------------------------------------------------------------------------------
+# --- figures ------------------------------------------------------------------------------------------------
 
 @figure("attention_head_dims", ["attention/head_dims"], "Attention", caption="""
 The writeup's attention kernel at every head dimension d of the sweep (n_q and n_k fixed): max absolute
@@ -391,7 +391,7 @@ def plot_wall(attn: pd.DataFrame, flash: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-# --- its report section --------------------------------------------------------------------------------
+# --- its report section -------------------------------------------------------------------------------------
 
 @section(["attention/performance", "attention/wall"])
 def section_attention(tables) -> str:

@@ -45,7 +45,7 @@ def ceilings(s: dict) -> list[dict]:
     return rows
 
 
-# --- what the other units read of it ----------------------------------------------------------
+# --- what the other units read of it ------------------------------------------------------------------------
 
 def device_ceilings(cal: pd.DataFrame) -> dict:
     """copy GB/s and bf16 matmul TFLOP/s (medians) and the device's properties (shared memory per block,
@@ -69,7 +69,7 @@ def own_ceiling(df: pd.DataFrame, name: str, cal: pd.DataFrame | None = None) ->
     return device_ceilings(cal).get(name) if cal is not None else None
 
 
-# --- the claim it settles --------------------------------------------------------------------
+# --- the claim it settles -----------------------------------------------------------------------------------
 
 @claim(11, ['calibration/ceilings'])
 def shared_memory(t, s):
@@ -90,7 +90,7 @@ def shared_memory(t, s):
     return measured, NOT_REPRODUCED
 
 
-# --- its report section --------------------------------------------------------------------------------
+# --- its report section -------------------------------------------------------------------------------------
 
 @section(["calibration/ceilings"])
 def section_calibration(tables) -> str:

@@ -363,7 +363,7 @@ def _first_call(s: dict) -> list[dict]:
     return rows
 
 
-# --- claims it settles --------------------------------------------------------------------------------
+# --- claims it settles --------------------------------------------------------------------------------------
 
 @claim(13, ['attention/wall', 'flash_attention/past_wall', 'flash_attention/correctness'])
 def flash_past_wall(t, s):
@@ -387,7 +387,7 @@ def flash_past_wall(t, s):
     return base + f"; the writeup's kernel fails at n_k={wall_at} on the same device", REPRODUCED if good else NOT_REPRODUCED
 
 
-# --- numbers derived from its tables ----------------------------------------------------------------------
+# --- numbers derived from its tables ------------------------------------------------------------------------
 
 def flash_vs_sdpa(df: pd.DataFrame, matmul_tflops: float | None) -> pd.DataFrame:
     """Median TFLOP/s per provider for every (mode, d, causal, seq), with ratios to SDPA's flash backend
@@ -438,7 +438,7 @@ def launch_floor(df: pd.DataFrame) -> dict[str, float]:
     return {r.provider: r.value * 1e3 for r in d.itertuples()}
 
 
-# --- figures ------------------------------------------------------------------------------------------
+# --- figures ------------------------------------------------------------------------------------------------
 
 @figure("flash_memory", ["flash_attention/past_wall"], "Attention", caption="""
 Peak GPU memory beyond q, k and v for one attention forward, 16 heads: flash_attention (O(N): output and
@@ -550,7 +550,7 @@ def plot_call_latency(floor: dict[str, float], device: str) -> plt.Figure:
     return fig
 
 
-# --- its report section --------------------------------------------------------------------------------
+# --- its report section -------------------------------------------------------------------------------------
 
 FLOPS = ("FLOPs for attention follow FlashAttention's convention: 4·B·H·S²·D for the forward (two S×S×D matmuls, "
          "2 FLOPs per multiply-add), ×0.5 under a causal mask, ×3.5 for forward+backward. Bandwidth counts the "

@@ -24,7 +24,7 @@ MEMORY_BOUND = {"vector_add": "size", "relu_dropout": "size", "softmax": "n_cols
 PERFORMANCE = tuple(f"{k}/performance" for k in MEMORY_BOUND)
 
 
-# --- claims it settles --------------------------------------------------------------------------------
+# --- claims it settles --------------------------------------------------------------------------------------
 
 @claim(12, ['relu_dropout/performance', 'softmax/performance'])
 def fused_wins(t, s):
@@ -137,7 +137,7 @@ def past_int32(t, s):
     return measured, REPRODUCED if writeup_broke and project_right else NOT_REPRODUCED
 
 
-# --- numbers derived from its tables ----------------------------------------------------------------------
+# --- numbers derived from its tables ------------------------------------------------------------------------
 
 def peak_bandwidth(df: pd.DataFrame, copy_gbps: float, x: str = "size") -> pd.DataFrame:
     """Best median bandwidth per provider (and direction, dtype), and its fraction of the measured copy
@@ -202,7 +202,7 @@ def ceiling_fractions(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(rows).assign(device=", ".join(sorted(devices))) if rows else pd.DataFrame()
 
 
-# --- figures ------------------------------------------------------------------------------------------
+# --- figures ------------------------------------------------------------------------------------------------
 
 @figure("bandwidth", ["calibration/ceilings", *PERFORMANCE], "Performance", caption="""
 Achieved bandwidth (GB/s: the bytes the op must move, counted in code, over the median time; band: p20 to p80)
@@ -289,7 +289,7 @@ def plot_fusion(f: pd.DataFrame, device: str) -> plt.Figure:
     return fig
 
 
-# --- its report section --------------------------------------------------------------------------------
+# --- its report section -------------------------------------------------------------------------------------
 
 @section([*PERFORMANCE])
 def section_memory_bound(tables) -> str:

@@ -233,7 +233,7 @@ def performance(s: dict) -> list[dict]:
     return rows
 
 
-# --- claims it settles --------------------------------------------------------------------------------
+# --- claims it settles --------------------------------------------------------------------------------------
 
 @claim(2, ['relu_dropout/statistics'])
 def dropout_rates(t, s):
@@ -309,7 +309,7 @@ def hundredth_of_a_percent(t, s):
     return measured, NOT_REPRODUCED
 
 
-# --- figures ------------------------------------------------------------------------------------------
+# --- figures ------------------------------------------------------------------------------------------------
 
 @figure("dropout_rates", ["relu_dropout/statistics"], "Dropout", caption="""
 Fused ReLU + dropout on 100000 positive inputs, for the writeup's kernel as written (``triton_writeup``, one
@@ -342,7 +342,7 @@ def plot_dropout_rates(df: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-# --- its report section ---------------------------------------------------------------------------------------
+# --- its report section -------------------------------------------------------------------------------------
 
 @section(["relu_dropout/performance"])
 def section_backward(tables) -> str:

@@ -285,7 +285,7 @@ def performance(s: dict) -> list[dict]:
     return rows
 
 
-# --- claims it settles --------------------------------------------------------------------------------
+# --- claims it settles --------------------------------------------------------------------------------------
 
 @claim(4, ['softmax/stability'])
 def softmax_stability(t, s):
@@ -455,7 +455,7 @@ def softmax_past_largest_block(t, s):
     return text, REPRODUCED
 
 
-# --- numbers derived from its tables ----------------------------------------------------------------------
+# --- numbers derived from its tables ------------------------------------------------------------------------
 
 def softmax_widths(df: pd.DataFrame, copy_gbps: float | None) -> pd.DataFrame:
     """Per direction, dtype and row width: median GB/s of the project's softmax, torch's and the writeup's
@@ -472,7 +472,7 @@ def softmax_widths(df: pd.DataFrame, copy_gbps: float | None) -> pd.DataFrame:
     return out.sort_values(["direction", "dtype", "n_cols"], ascending=[False, True, True]).reset_index(drop=True)
 
 
-# --- figures ------------------------------------------------------------------------------------------
+# --- figures ------------------------------------------------------------------------------------------------
 
 @figure("softmax_bug", ["softmax/bug"], "Softmax", caption="""
 Softmax with the writeup's hard-coded ``BLOCK_SIZE=1024`` ("hardcoded") vs the fix
@@ -555,7 +555,7 @@ def plot_softmax_widths(w, copy_gbps: float | None, device: str) -> plt.Figure:
     return fig
 
 
-# --- its report section --------------------------------------------------------------------------------
+# --- its report section -------------------------------------------------------------------------------------
 
 @section(["softmax/performance"])
 def section_widths(tables: dict[str, pd.DataFrame]) -> str:

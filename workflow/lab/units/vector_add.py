@@ -137,7 +137,7 @@ def performance(s: dict) -> list[dict]:
     return rows
 
 
-# --- claims it settles ---------------------------------------------------------------------------
+# --- claims it settles --------------------------------------------------------------------------------------
 
 @claim(1, ['vector_add/correctness'])
 def vector_add_exact(t, s):
