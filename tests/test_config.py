@@ -132,3 +132,11 @@ def test_a_config_file_that_is_no_mapping_is_named(tmp_path, text, kind):
     f.write_text(text)
     with pytest.raises(settings.ConfigError, match=rf"{re.escape(str(f))}: .* mapping .* got {kind}"):
         settings.check_files([f])
+
+
+def test_a_units_schema_names_exactly_its_experiments(monkeypatch):
+    from lab.units import vector_add
+
+    monkeypatch.setitem(vector_add.SCHEMA, "not_an_experiment", {"n": {"type": "integer"}})
+    with pytest.raises(TypeError, match=r"lab\.units\.vector_add: SCHEMA has settings for .*'not_an_experiment'"):
+        units.schemas()

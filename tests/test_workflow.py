@@ -281,6 +281,20 @@ def test_command_line_values_as_the_readme_writes_them(project, tmp_path):
     assert done.returncode != 0 and f"{twice}: key 'seed' given twice (lines 1 and 2)" in done.stdout + done.stderr
 
 
+def test_a_table_of_another_machine_in_a_run_stops_the_plan_naming_both(project):
+    """No report mixes machines: an H200 table copied into this (interpreter) run stops planning."""
+    mask = project / "results/tiny/vector_add/mask.parquet"
+    original = mask.read_bytes()
+    mask.write_bytes((ROOT / "results/nvidia-h200/vector_add/mask.parquet").read_bytes())
+    try:
+        done = smk(project, "-n", check=False)
+    finally:
+        mask.write_bytes(original)
+    message = done.stdout + done.stderr
+    assert done.returncode != 0 and "holds tables made on 2 machines" in message, message[-2000:]
+    assert "NVIDIA H200 (gpu): vector_add/mask.parquet" in message and "(interpreter): attention/" in message
+
+
 def test_a_config_without_a_claims_probe_point_is_refused_naming_the_claim(tmp_path, project):
     dropped = tmp_path / "no2000.yaml"
     dropped.write_text("softmax:\n  bug: {n_rows: 2, n_cols: [5, 1048577], block_size: 1024}\n")

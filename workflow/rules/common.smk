@@ -12,6 +12,7 @@
 import json
 import os
 import sys
+from pathlib import Path
 
 import yaml
 
@@ -26,11 +27,10 @@ ROOT = os.path.abspath(workflow.basedir)
 if os.path.realpath(sources.ROOT) != os.path.realpath(ROOT):
     raise WorkflowError(f"this workflow is {ROOT}, but Python imports the lab from {sources.ROOT}: run "
                         "`pip install -e .` in this checkout (or put it first on PYTHONPATH) so that its jobs run its code")
-registry = units.registry
 settings.check_files(workflow.configfiles)  # YAML mappings, no key given twice
 settings.from_command_line(config, dict(workflow.config_settings.config), units.schemas())
 settings.validate(config, units.schemas())  # the schema, strictly typed: the top level's and each unit's section
-settings.check(config, registry())  # what a JSON schema cannot say, before any job starts
+settings.check(config, units.registry())  # what a JSON schema cannot say, before any job starts
 
 BACKEND = kernels.backend.resolve(config["backend"])
 SOFTWARE = provenance.software(BACKEND)
@@ -39,9 +39,9 @@ OUT = f"results/{RUN}"
 job.export_environment(config["overwrite_foreign_run"])
 
 # The experiments config.yaml asks for, each one job, and what determines each one's table.
-EXPERIMENTS = plan.experiments(config, registry())
+EXPERIMENTS = plan.experiments(config, units.registry())
 KERNELS = list(dict.fromkeys(exp.kernel for exp in EXPERIMENTS.values()))
-_EXPECTED = plan.expected(config, registry())
+_EXPECTED = plan.expected(config, units.registry())
 SETTINGS = {key: e["settings"] for key, e in _EXPECTED.items()}
 CODE = {key: e["code"] for key, e in _EXPECTED.items()}
 CODE_HASH = {key: e["code_hash"] for key, e in _EXPECTED.items()}
@@ -67,6 +67,16 @@ except runs.ForeignRunError as refusal:
     OWN_RUN = False
     print(f"Note: {refusal} No experiment is planned there from this machine: its tables are read as they are.",
           file=sys.stderr)
+# One run, one machine: a folder holding tables of two (one copied in, say) gets no report mixing them.
+_MADE_ON = {}  # "device (backend)" -> its tables here
+for _path in sorted(Path(OUT).glob("*/*.parquet")):
+    _rec = runs.recorded(_path)
+    if _rec and _rec["device"]:
+        _MADE_ON.setdefault(f"{_rec['device']} ({_rec['backend']})", []).append(str(_path.relative_to(OUT)))
+if len(_MADE_ON) > 1 and not config["overwrite_foreign_run"]:
+    raise WorkflowError(f"{OUT} holds tables made on {len(_MADE_ON)} machines, and a report is built from one "
+                        "machine's tables only: " + "; ".join(f"{m}: {', '.join(t)}" for m, t in _MADE_ON.items())
+                        + ". Move the tables that do not belong there out of the folder.")
 STALE, OUTDATED_FOREIGN = {}, []  # STALE: key -> the marker its job waits for
 for _key in EXPERIMENTS:
     _rec = runs.recorded(table(_key))

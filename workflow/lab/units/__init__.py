@@ -169,8 +169,17 @@ def sections() -> list[Section]:
 
 
 def schemas() -> dict[str, dict]:
-    """Each unit's config section schema, by kernel."""
-    return {m.__name__.rsplit(".", 1)[-1]: m.SCHEMA for m in load() if hasattr(m, "SCHEMA")}
+    """Each unit's config section schema, by kernel: one entry per experiment it declares, and no other."""
+    out = {}
+    for module in load():
+        declared = {e.name for e in EXPERIMENTS.values() if e.module == module.__name__}
+        schema = getattr(module, "SCHEMA", {})
+        if set(schema) != declared:
+            raise TypeError(f"{module.__name__}: SCHEMA has settings for {sorted(schema)}, but its experiments are "
+                            f"{sorted(declared)}")
+        if schema:
+            out[module.__name__.rsplit(".", 1)[-1]] = schema
+    return out
 
 
 def providers() -> dict[str, dict[str, str]]:
