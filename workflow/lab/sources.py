@@ -45,17 +45,21 @@ def _kernel_exports() -> dict[str, str]:
     return {name: f"kernels.{module}" for name, module in kernels.exports().items()}
 
 
+def _source(module: str, path: Path, node: ast.ImportFrom) -> str:
+    """The module a `from ... import` in ``module``'s file takes names from (relative imports resolved)."""
+    package = (module if path.name == "__init__.py" else module.rsplit(".", 1)[0]).split(".")
+    base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
+    return ".".join(p for p in (base, node.module or "") if p)
+
+
 def _imported(module: str, path: Path, nodes) -> set[str]:
     """The modules the import statements among ``nodes`` (syntax nodes of ``module``'s file) load."""
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     found = set()
     for node in nodes:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = package.split(".")
-            base = ".".join(base[: len(base) - node.level + 1]) if node.level else ""
-            source = ".".join(p for p in (base, node.module or "") if p)
+            source = _source(module, path, node)
             found.add(source)
             for alias in node.names:  # `from pkg import name`: name may be a submodule or a kernel export
                 found.add(f"{source}.{alias.name}")
@@ -149,8 +153,7 @@ def _unit_of(module: str, path: Path, node, alias) -> str | None:
     """The unit module a top-level `from .<unit> import <name>` takes a definition from (None otherwise)."""
     if not isinstance(node, ast.ImportFrom) or not node.level or not node.module:
         return None
-    package = (module if path.name == "__init__.py" else module.rsplit(".", 1)[0]).split(".")
-    source = ".".join([*package[: len(package) - node.level + 1], node.module])
+    source = _source(module, path, node)
     unit = path_of(source)
     if (source.startswith("lab.units.") and unit is not None and unit.name != "__init__.py"
             and path_of(f"{source}.{alias.name}") is None):
