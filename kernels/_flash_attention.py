@@ -36,28 +36,37 @@ HEAD_DIMS = (16, 256)
 # Candidate tiles per kernel, (BLOCK_M, BLOCK_N, warps, stages), in order of preference: the first that
 # fits is taken without tuning. BLOCK_M counts queries, BLOCK_N keys, in every kernel.
 CANDIDATES = {
-    "fwd": [(128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3), (128, 128, 8, 3), (64, 32, 4, 2), (32, 32, 4, 1)],
+    # a fifth item True: the warp-specialized TMA kernel, for Hopper, no causal mask, inputs it can
+    # address (_tma_ready); 128x64/w4/s3 and 3 stages at 64x64 returned NaN on triton 3.6
+    "fwd": [(128, 128, 4, 2, True),
+            (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3), (128, 128, 8, 3), (64, 32, 4, 2), (32, 32, 4, 1)],
     # dk/dv: a program keeps BLOCK_N keys and streams query tiles past them; dq: the other way round
     "bwd_dkdv": [(64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
     "bwd_dq": [(128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 128, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
 }  # from workflow/scripts/tune_flash.py on the H200: the tiles that won or came close at some shape
 SHARED_BUDGET = 180 * 1024  # of Hopper's 227 KiB per block, leaving room for what the estimate omits
+WS_BUDGET = 220 * 1024  # the TMA kernel's estimate is close to what it allocates
 
 
 def fits(kind: str, tile: Tile, block_d: int, element_size: int) -> bool:
-    """Would this tile fit in shared memory? An estimate above what Triton allocates on sm_90 (the test
-    compiles every candidate to check): the rows a program keeps, plus ``stages - 1`` buffers of the two
-    tiles it streams (K and V, or Q and dO)."""
+    """Would this tile fit in shared memory? An estimate (the test compiles every candidate for sm_90 to
+    check): the rows a program keeps, plus ``stages - 1`` buffers of the two tiles it streams (K and V,
+    or Q and dO); the TMA kernel buffers every stage and stages P for the second dot (197112 B
+    allocated at 128x128/s2, head_dim 128, bf16, against 196608 estimated)."""
     kept, streamed = (tile.block_n, tile.block_m) if kind == "bwd_dkdv" else (tile.block_m, tile.block_n)
+    if tile.ws:
+        need = (kept + tile.stages * 2 * streamed) * block_d + tile.block_m * tile.block_n
+        return need * element_size <= WS_BUDGET
     rows = (1 if kind == "fwd" else 2) * kept + max(1, tile.stages - 1) * 2 * streamed
     return rows * block_d * element_size <= SHARED_BUDGET
 
 
-def candidates(kind: str, block_d: int, element_size: int, interpreter: bool) -> list[Tile]:
-    """The tiles kernel ``kind`` may run with at this head dim and precision, in order of preference."""
+def candidates(kind: str, block_d: int, element_size: int, interpreter: bool, tma: bool = False) -> list[Tile]:
+    """The tiles kernel ``kind`` may run with at this head dim and precision, in order of preference;
+    ``tma``: the warp-specialized TMA tiles are among them."""
     if interpreter:  # one small tile: the interpreter's cost is per program
         return [Tile(32, 32, 4, 1)]
-    tiles = [Tile(*t) for t in CANDIDATES[kind]]
+    tiles = [Tile(*t) for t in CANDIDATES[kind] if not t[4:] or (tma and block_d == 128)]  # where it paid
     return [t for t in tiles if fits(kind, t, block_d, element_size)] or tiles[-1:]
 
 
@@ -161,6 +170,81 @@ def _flash_fwd_kernel(
         tl.store(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, lse, mask=row_mask)
     o_ptrs = o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
     tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
+
+
+@_jit
+def _flash_fwd_tma_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    n_heads, seq_q, seq_k, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_K: tl.constexpr,
+):
+    # The forward on Hopper (a '/ws' tile): _flash_fwd_kernel's arithmetic, with the tiles moved by the
+    # tensor-memory accelerator through one 2-D descriptor per head (a head's rows past its length
+    # arrive as zeros, never from the next head) and the loop warp-specialized: a producer warp group
+    # issues the copies, two consumer groups run the dots and the softmax. Triton (3.6-3.9) specializes
+    # one loop per kernel and none with a branch inside, so the key loop is one loop, masked throughout
+    # unless no tile needs it (EVEN_K: not causal and seq_k a multiple of BLOCK_N). Measured on the H200
+    # with triton 3.6 (workflow/scripts/tune_flash.py's docstring): right and faster at head_dim 128
+    # without a causal mask; with one, the rows' mask comes out wrong, so causal calls never get here.
+    # The caller guarantees a unit stride in head_dim and 16-byte aligned bases and strides (_tma_ready).
+    MASK: tl.constexpr = CAUSAL or not EVEN_K
+    start_m, bh = _tile_and_head(seq_q, BLOCK_M)
+    b = (bh // n_heads).to(tl.int64)
+    h = (bh % n_heads).to(tl.int64)
+    q_desc = tl.make_tensor_descriptor(q_ptr + b * stride_qb + h * stride_qh, shape=[seq_q, HEAD_DIM],
+                                       strides=[stride_qm, 1], block_shape=[BLOCK_M, BLOCK_D])
+    k_desc = tl.make_tensor_descriptor(k_ptr + b * stride_kb + h * stride_kh, shape=[seq_k, HEAD_DIM],
+                                       strides=[stride_kn, 1], block_shape=[BLOCK_N, BLOCK_D])
+    v_desc = tl.make_tensor_descriptor(v_ptr + b * stride_vb + h * stride_vh, shape=[seq_k, HEAD_DIM],
+                                       strides=[stride_vn, 1], block_shape=[BLOCK_N, BLOCK_D])
+    o_desc = tl.make_tensor_descriptor(o_ptr + b * stride_ob + h * stride_oh, shape=[seq_q, HEAD_DIM],
+                                       strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_D])
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    q = q_desc.load([start_m, 0])
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    causal_offset = seq_k - seq_q
+    hi = seq_k
+    if CAUSAL:
+        hi = tl.maximum(tl.minimum(seq_k, start_m + BLOCK_M + causal_offset), 0)
+    for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=True):
+        k = k_desc.load([start_n, 0])
+        qk = tl.dot(q, k.T)
+        if MASK:
+            cols = start_n + offs_n
+            keep = cols[None, :] < seq_k
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
+            qk = tl.where(keep, qk * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet
+            p = tl.math.exp2(qk - m_new_safe[:, None])
+        else:  # the scale folds into one multiply-add
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            m_new_safe = m_new
+            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = v_desc.load([start_n, 0])
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        m_i = m_new
+
+    empty = l_i == 0.0
+    acc = acc / tl.where(empty, 1.0, l_i)[:, None]
+    if STORE_LSE:  # as (seq_q, 4) rows through a descriptor: a plain store after the loop is lost on 3.6
+        lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
+        lse_desc = tl.make_tensor_descriptor(lse_ptr + bh.to(tl.int64) * seq_q * 4, shape=[seq_q, 4],
+                                             strides=[4, 1], block_shape=[BLOCK_M, 4])
+        lse_desc.store([start_m, 0], tl.broadcast_to(lse[:, None], [BLOCK_M, 4]))
+    o_desc.store([start_m, 0], acc.to(o_ptr.dtype.element_ty))
 
 
 @_jit
@@ -303,14 +387,46 @@ def tiles_in_use() -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _candidates(kind: str, block_d: int, dtype: torch.dtype) -> list[Tile]:
-    return candidates(kind, block_d, dtype.itemsize, backend.current() == "interpreter")
+def _candidates(kind: str, block_d: int, dtype: torch.dtype, tma: bool) -> list[Tile]:
+    return candidates(kind, block_d, dtype.itemsize, backend.current() == "interpreter", tma)
 
 
-def _tile(kind: str, q, seq_q: int, seq_k: int, block_d: int, causal: bool, run) -> Tile:
-    key = (kind, q.dtype, block_d, causal, bucket(seq_q), bucket(seq_k))
-    tile = _last[kind] = _flash_tiles.choose(key, _candidates(kind, block_d, q.dtype), run)
+def _tile(kind: str, q, seq_q: int, seq_k: int, block_d: int, causal: bool, run, tma: bool = False) -> Tile:
+    key = (kind, q.dtype, block_d, causal, bucket(seq_q), bucket(seq_k)) + (("tma",) if tma else ())
+    tile = _last[kind] = _flash_tiles.choose(key, _candidates(kind, block_d, q.dtype, tma), run)
     return tile
+
+
+@functools.lru_cache(maxsize=None)
+def _hopper(device: torch.device) -> bool:
+    return torch.cuda.get_device_capability(device)[0] == 9  # where the TMA kernel was written and measured
+
+
+try:  # in-kernel tensor descriptors live in a scratch buffer that Triton asks an allocator for
+    from triton.runtime._allocation import NullAllocator, _allocator
+    _HAS_TMA = hasattr(tl, "make_tensor_descriptor")
+except ImportError:  # a Triton without them: the pointer kernel only
+    _HAS_TMA = False
+
+
+def _tma_ready(*tensors: torch.Tensor) -> bool:
+    """Can the TMA kernel address these (b, h, s, d) tensors? Hopper, fp16/bf16, unit stride in
+    head_dim, and every base and stride 16-byte aligned, as tensor descriptors require."""
+    t0 = tensors[0]
+    return (_HAS_TMA and t0.dtype in (torch.float16, torch.bfloat16) and backend.current() == "gpu"
+            and _hopper(t0.device)
+            and all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+                    and all(st * t.element_size() % 16 == 0 for st in t.stride()[:-1]) for t in tensors))
+
+
+def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")  # torch's allocator: stream-ordered, capture-safe
+
+
+def _ensure_allocator() -> None:
+    """Give Triton torch's allocator for descriptor scratch, unless this thread's caller set one."""
+    if isinstance(_allocator.get(), NullAllocator):
+        triton.set_allocator(_scratch)
 
 
 def _cdiv(a: int, b: int) -> int:  # plain ints: triton.cdiv is a constexpr function, ~5 us per host call
@@ -337,11 +453,21 @@ def _forward(q, k, v, causal: bool, sm_scale: float, store_lse: bool = True):
     tensors = (q, k, v, o, lse)
     numbers = (*q.stride(), *k.stride(), *v.stride(), *o.stride(), heads, seq_q, seq_k, sm_scale * LOG2E)
     consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal, STORE_LSE=store_lse)
+    tma = not causal and _tma_ready(q, k, v, o)
 
     def run(tile: Tile):
-        _launch(_flash_fwd_kernel, _cdiv(seq_q, tile.block_m) * batch * heads, tensors, numbers, consts, tile)
+        programs = _cdiv(seq_q, tile.block_m) * batch * heads
+        if tile.ws and tma:
+            _ensure_allocator()
+            lse4 = q.new_empty((batch, heads, seq_q, 4), dtype=torch.float32) if store_lse else o
+            _launch(_flash_fwd_tma_kernel, programs, (q, k, v, o, lse4), numbers,
+                    {**consts, "EVEN_K": seq_k % tile.block_n == 0}, tile)
+            if store_lse:
+                lse.copy_(lse4[..., 0])
+        else:  # a pinned '/ws' tile where the TMA kernel cannot run runs its sizes in the pointer kernel
+            _launch(_flash_fwd_kernel, programs, tensors, numbers, consts, tile)
 
-    run(_tile("fwd", q, seq_q, seq_k, block_d, causal, run))
+    run(_tile("fwd", q, seq_q, seq_k, block_d, causal, run, tma))
     return o, lse
 
 
@@ -484,7 +610,11 @@ def tune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
 
 def pin(**tiles: str | None) -> None:
     """Run the named kernels (fwd, bwd_dkdv, bwd_dq) with these tiles ('128x64/w8/s3': BLOCK_M x BLOCK_N
-    / warps / stages) in every bucket, never tuning them; None unpins one, ``pin()`` unpins all."""
+    / warps / stages, '/ws' for the forward's warp-specialized TMA kernel) in every bucket, never tuning
+    them; None unpins one, ``pin()`` unpins all."""
+    for kind, text in tiles.items():
+        if kind != "fwd" and isinstance(text, str) and text.endswith("/ws"):
+            raise ValueError(f"{kind}: only the forward (fwd) has a warp-specialized kernel, got {text!r}")
     _flash_tiles.pin(tuple(CANDIDATES), **tiles)
 
 

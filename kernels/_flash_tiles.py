@@ -29,7 +29,7 @@ from ._triton import triton
 
 CACHE_ENV = "KERNELS_TILE_CACHE"
 AUTOTUNE_ENV = "KERNELS_AUTOTUNE"
-_FORMAT = re.compile(r"(\d+)x(\d+)/w(\d+)/s(\d+)")
+_FORMAT = re.compile(r"(\d+)x(\d+)/w(\d+)/s(\d+)(/ws)?")
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class Tile:
     block_n: int
     warps: int
     stages: int
+    ws: bool = False  # the forward's Hopper kernel: tensor descriptors (TMA) and a warp-specialized loop
     kwargs: dict = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):  # the launch's keyword arguments, built once: this is on every call's path
@@ -45,15 +46,18 @@ class Tile:
                                                 num_warps=self.warps, num_stages=self.stages))
 
     def __str__(self) -> str:
-        return f"{self.block_m}x{self.block_n}/w{self.warps}/s{self.stages}"
+        return f"{self.block_m}x{self.block_n}/w{self.warps}/s{self.stages}" + ("/ws" if self.ws else "")
 
     @classmethod
     def parse(cls, text: str, name: str = "tile") -> Tile:
-        """'128x64/w8/s3' -> Tile(128, 64, 8, 3): BLOCK_M x BLOCK_N / warps / pipeline stages."""
+        """'128x64/w8/s3' -> Tile(128, 64, 8, 3): BLOCK_M x BLOCK_N / warps / pipeline stages; a '/ws'
+        suffix names the warp-specialized Hopper forward."""
         match = _FORMAT.fullmatch(text) if isinstance(text, str) else None
         if not match:
-            raise ValueError(f"{name} must look like '128x64/w8/s3' (BLOCK_M x BLOCK_N / warps / stages), got {text!r}")
-        tile = cls(*map(int, match.groups()))
+            raise ValueError(f"{name} must look like '128x64/w8/s3' (BLOCK_M x BLOCK_N / warps / stages, "
+                             f"optionally '/ws'), got {text!r}")
+        *sizes, ws = match.groups()
+        tile = cls(*map(int, sizes), ws=ws is not None)
         for label, value in (("BLOCK_M", tile.block_m), ("BLOCK_N", tile.block_n), ("warps", tile.warps)):
             if value < 1 or value & (value - 1):
                 raise ValueError(f"{name}: {label} must be a power of two, got {value}")

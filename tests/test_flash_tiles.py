@@ -131,3 +131,39 @@ def test_compiled_with_fullgraph_matches_eager():
 def test_tune_ahead_reports_the_tiles_it_will_use():
     assert flash_attention.tune(*qkv(), causal=True) == {"fwd": "32x32/w4/s1", "bwd_dkdv": "32x32/w4/s1",
                                                          "bwd_dq": "32x32/w4/s1"}
+
+
+def test_warp_specialized_tiles_are_offered_only_where_they_were_measured_right_and_faster():
+    from kernels import _flash_attention as fa
+
+    def ws(block_d, tma, kind="fwd"):
+        return [t for t in fa.candidates(kind, block_d, 2, interpreter=False, tma=tma) if t.ws]
+
+    assert ws(128, tma=True)[0] == fa.candidates("fwd", 128, 2, False, tma=True)[0]  # first: the untuned choice
+    assert not ws(128, tma=False) and not ws(64, tma=True) and not ws(128, True, "bwd_dq")
+    assert not fa.candidates("fwd", 128, 2, interpreter=True, tma=True)[0].ws
+
+
+def test_a_ws_tile_parses_prints_and_pins_only_for_the_forward():
+    from kernels import _flash_attention as fa
+
+    tile = Tile.parse("128x128/w4/s2/ws")
+    assert tile.ws and str(tile) == "128x128/w4/s2/ws" and tile != Tile.parse("128x128/w4/s2")
+    with pytest.raises(ValueError, match="bwd_dq"):
+        fa.pin(bwd_dq="128x64/w8/s3/ws")
+    fa.pin(fwd="128x128/w4/s2/ws")
+    fa.pin()
+
+
+def test_tma_needs_hopper_half_precision_and_aligned_strides(monkeypatch):
+    from kernels import _flash_attention as fa
+
+    monkeypatch.setattr(fa.backend, "current", lambda: "gpu")
+    monkeypatch.setattr(fa, "_hopper", lambda device: True)
+    monkeypatch.setattr(fa, "_HAS_TMA", True)
+    x = torch.zeros(2, 3, 40, 64, dtype=torch.bfloat16)
+    assert fa._tma_ready(x, x)
+    assert not fa._tma_ready(x.float())  # fp32
+    assert not fa._tma_ready(torch.zeros(2, 3, 40, 60, dtype=x.dtype))  # rows 120 bytes apart
+    assert not fa._tma_ready(x.transpose(-1, -2))  # head_dim not the unit stride
+    assert not fa._tma_ready(torch.zeros(x.numel() + 1, dtype=x.dtype)[1:].view(x.shape))  # base 2 bytes off

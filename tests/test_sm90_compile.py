@@ -48,3 +48,16 @@ def test_writeup_attention_needs_more_shared_memory_as_n_k_grows():
 
     small, large = (hopper_shared_bytes(n, 64, "float16") for n in (128, 512))
     assert large >= 3 * small  # K and the score tile grow linearly with n_k
+
+
+@pytest.mark.parametrize("store_lse, even_k", [(True, False), (False, True)])
+def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store_lse, even_k):
+    """Every '/ws' candidate at head_dim 128 (where they are offered), with and without the log-sum-exp
+    and the tail mask."""
+    for tile in (t for t in fa.candidates("fwd", 128, 2, interpreter=False, tma=True) if t.ws):
+        shared = shared_memory_bytes("kernels._flash_attention", "_flash_fwd_tma_kernel",
+                                     arg_types("_flash_fwd_tma_kernel", 5, "bf16"),
+                                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, STORE_LSE=store_lse,
+                                          BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, EVEN_K=even_k),
+                                     tile.warps, tile.stages)
+        assert shared <= HOPPER_SHARED_PER_BLOCK, f"{tile}: {shared} B"

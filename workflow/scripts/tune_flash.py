@@ -6,6 +6,18 @@ For each (head dim, causal, length) at bf16, batch x seq = 16384 tokens, 16 head
 over a wider tile list than the defaults (each tile timed by the project's own tuner: median of a CUDA
 graph replay), then times the tuned forward and forward+backward beside SDPA's cuDNN backend. Also
 prints the per-call time of flash_attention and SDPA on a 16-token problem. One CSV row per measurement.
+
+The warp-specialized TMA forward ('/ws' tiles), measured on the H200 (torch 2.11, triton 3.6, bf16, 16
+heads, batch x seq = 16384, forward TFLOP/s, do_bench medians; pointer kernel = 128x64/w8/s3):
+- kept: 128x128/w4/s2/ws at head_dim 128 without a causal mask, 529-560 against 485 for the pointer
+  kernel and 616-624 for cuDNN (S = 4096 and 16384); the log-sum-exp is stored through a descriptor as
+  (seq, 4) rows, because a plain store after the warp-specialized loop came back wrong (errors of 8-21
+  in log2 units) with or without a mask, unpadded or padded, 1-D or 2-D.
+- not kept: head_dim 64 (390-429 against 410-414); causal (the rows' mask is wrong in the specialized
+  loop, errors up to 3.1, and it ran at 238-433 against 350-475); 128x64/w4/s3 and 128x128/w4/s3 at
+  head_dim 64 (NaN); 128x128/w4/s3 at head_dim 128 (262680 B of shared memory, over the 232448 B limit);
+  a second loop after the specialized one (Triton 3.9's warp specialization pass fails to compile it),
+  or a branch inside it (the loop is then not specialized at all).
 """
 from __future__ import annotations
 
