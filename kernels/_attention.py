@@ -99,8 +99,10 @@ def attention_writeup(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torc
     """The writeup's kernel as printed; same contract as ``attention``, and wrong whenever d is not a
     power of two (>= 16). The writeup does not show its launcher. This one copies q, k, v into buffers with
     BLOCK_V - d zeros after them and writes into such a buffer, so the reads and writes past a row stay
-    in memory it owns: what they touch is the next row (the bug), or zeros after the last."""
+    in memory it owns: what they touch is the next row (the bug), or zeros after the last. Not
+    differentiable: inputs that require grad are refused (RuntimeError)."""
     args, cfg = _arguments(q, k, v)
+    _checks.forward_only("attention_writeup", q=q, k=k, v=v)
     q, k, v, out, row_stride, col_stride, n_q, n_k, d, scale = args
     pad = cfg["BLOCK_V"] - d
     q, k, v, padded_out = (_padded(t, pad) for t in (q, k, v, out))
@@ -129,12 +131,39 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
     """softmax(q k^T / sqrt(d)) v for q (n_q, d), k and v (n_k, d), with all of K/V loaded at once.
 
     Raises triton's OutOfResources when K/V no longer fit in shared memory (the writeup's wall).
+    Differentiable to any order: the writeup has no backward kernel, so the backward is plain attention's
+    in torch ops (fp32), from the saved inputs.
     """
     args, cfg = _arguments(q, k, v)
-    out, n_q = args[3], q.shape[0]
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _Attention.apply(q, k, v)
+    return _forward(args, cfg)
+
+
+def _forward(args: tuple, cfg: dict) -> torch.Tensor:
+    out, n_q = args[3], args[6]
     if n_q:
         _attention_kernel[(triton.cdiv(n_q, cfg["BLOCK_Q"]),)](*args, **cfg)
     return out
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.save_for_backward(q, k, v)
+        return _forward(*_arguments(q, k, v))
+
+    @staticmethod
+    def backward(ctx, do):
+        """With P = softmax(S), S = q k^T s: dv = P^T do, dP = do v^T, dS = P * (dP - rowsum(P * dP)), dq = dS k s,
+        dk = dS^T q s. Torch ops on the saved inputs, so create_graph=True gets a graph."""
+        q, k, v = ctx.saved_tensors
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        q32, k32, v32, do32 = q.float(), k.float(), v.float(), do.float()
+        p = torch.softmax((q32 @ k32.T) * scale, dim=-1)
+        dp = do32 @ v32.T
+        ds = p * (dp - (dp * p).sum(dim=-1, keepdim=True))
+        return (ds @ k32 * scale).to(q.dtype), (ds.T @ q32 * scale).to(k.dtype), (p.T @ do32).to(v.dtype)
 
 
 def shared_memory_required(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:

@@ -50,3 +50,62 @@ def flag(value, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {value!r}")
     return value
+
+
+def forward_only(function: str, **tensors: torch.Tensor) -> None:
+    """Refuse to run a kernel that has no backward when autograd would want one: its output would be
+    silently detached from the graph (gradients missing, not wrong-looking)."""
+    if torch.is_grad_enabled():
+        wanting = [name for name, t in tensors.items() if t.requires_grad]
+        if wanting:
+            raise RuntimeError(f"{function} is not differentiable (forward only), but {' and '.join(wanting)} "
+                               f"{'requires' if len(wanting) == 1 else 'require'} grad: call it under "
+                               "torch.no_grad() or pass detached tensors")
+
+
+def no_double_backward(function: str) -> None:
+    """Call at the top of a backward that runs Triton kernels: grad mode is on there only when autograd
+    was asked for create_graph=True, and a kernel's output has no graph, so second-order terms would be
+    silently zero."""
+    if torch.is_grad_enabled():
+        raise RuntimeError(f"{function} does not support double backward: its backward runs Triton kernels "
+                           "whose outputs have no graph (create_graph=True would give silently zero "
+                           "second-order terms)")
+
+
+def output(out: torch.Tensor, name: str = "out", **inputs: torch.Tensor) -> None:
+    """Refuse an output tensor that torch would refuse for an ``out=`` argument: one with internal overlap
+    (two of its elements at one memory location, e.g. expanded), or one that shares memory with an input
+    without being exactly it (an input's exact view is in-place use, which the kernels compute right).
+    Conservative: a layout whose elements merely interleave with another's is refused too."""
+    if _internal_overlap(out):
+        raise ValueError(f"{name} has internal overlap: more than one of its elements refers to a single memory "
+                         f"location (shape {tuple(out.shape)}, strides {out.stride()}); pass a tensor that does "
+                         f"not, e.g. {name}.clone()")
+    for other, t in inputs.items():
+        if _span_overlap(out, t) and not (out.data_ptr() == t.data_ptr() and out.shape == t.shape
+                                          and out.stride() == t.stride()):
+            raise ValueError(f"{name} overlaps {other} in memory with a different layout (offset, shape or "
+                             f"strides): pass {other} itself for in-place use, or a tensor of its own")
+
+
+def _internal_overlap(t: torch.Tensor) -> bool:
+    """True unless each dimension (smallest stride first) steps past everything the smaller ones span."""
+    span = 0  # elements from the first to the last reached by the dimensions seen so far
+    for stride, size in sorted((s, n) for s, n in zip(t.stride(), t.shape) if n > 1):
+        if stride <= span:
+            return True
+        span += stride * (size - 1)
+    return False
+
+
+def _span_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Do the memory ranges a and b reach (first to last element) intersect?"""
+    if not a.numel() or not b.numel() or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+
+    def span(t):
+        return t.data_ptr(), t.data_ptr() + (sum(s * (n - 1) for s, n in zip(t.stride(), t.shape)) + 1) * t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1

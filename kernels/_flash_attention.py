@@ -379,6 +379,7 @@ class _FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
+        _checks.no_double_backward("flash_attention")
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
         return dq, dk, dv, None, None
@@ -416,6 +417,7 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward_of_op(ctx, do, _dlse):
+    _checks.no_double_backward("flash_attention")
     q, k, v, o, lse = ctx.saved_tensors
     dq, dk, dv = _backward_op(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
     return dq, dk, dv, None, None
@@ -445,7 +447,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     causal: bool = False, sm_scale: float | None = None) -> torch.Tensor:
     """softmax(sm_scale * q k^T [+ causal mask]) v for (batch, heads, seq, head_dim) tensors.
 
-    Differentiable: the backward runs in Triton from the stored log-sum-exp. Works inside
+    Differentiable once: the backward runs in Triton from the stored log-sum-exp; double backward
+    (create_graph=True) raises RuntimeError rather than return gradients without a graph. Works inside
     torch.compile (fullgraph too) and CUDA graph capture. sm_scale defaults to 1/sqrt(head_dim); see
     the module docstring for the causal convention. Tiles are chosen per shape bucket (kernels/_flash_tiles.py):
     ``flash_attention.tune(q, k, v, causal)`` tunes ahead of time, ``flash_attention.pin(fwd="128x64/w8/s3")``

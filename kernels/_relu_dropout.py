@@ -78,8 +78,8 @@ def _relu_dropout_writeup_kernel(x_ptr, out_ptr, n_elements, p, seed, BLOCK_SIZE
 
 def relu_dropout(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -> torch.Tensor:
     """dropout(relu(x)): each element is zeroed with probability p, survivors scaled by 1/(1-p).
-    A NaN survives relu (as in torch) and is NaN if kept, 0 if dropped. Differentiable: the backward
-    saves x, not a mask, and draws the mask again from the seed."""
+    A NaN survives relu (as in torch) and is NaN if kept, 0 if dropped. Differentiable to any order: the
+    backward saves x, not a mask, and draws the mask again from the seed."""
     _check_args(x, p, seed, block_size)
     if torch.is_grad_enabled() and x.requires_grad:
         return _ReluDropout.apply(x, p, seed, block_size)
@@ -89,11 +89,25 @@ def relu_dropout(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -
 def relu_dropout_backward(dy: torch.Tensor, x: torch.Tensor, p: float, seed: int,
                           block_size: int = 1024) -> torch.Tensor:
     """The gradient of relu_dropout(x, p, seed) for the output gradient dy (any block_size: the mask is
-    a function of the element index alone)."""
+    a function of the element index alone). Differentiable in dy; its gradient in x is zero where defined."""
     _check_args(x, p, seed, block_size)
     _checks.tensor(dy, "dy")
     _checks.same("dy", dy, "x", x)
-    x, dy = x.contiguous(), dy.contiguous()
+    return _backward(dy, x, p, seed, block_size)
+
+
+def _backward(dy, x, p, seed, block_size):
+    if torch.is_grad_enabled() and dy.requires_grad:
+        # A graph is wanted (create_graph=True): dx = dy * scale, scale (1/(1-p) or 0) from the kernel, a
+        # constant of x; the product in torch keeps dy's graph, so every order of derivative is right.
+        with torch.no_grad():
+            scale = _backward_kernel(torch.ones_like(x), x, p, seed, block_size)
+        return dy * scale
+    return _backward_kernel(dy, x, p, seed, block_size)
+
+
+def _backward_kernel(dy, x, p, seed, block_size):
+    x, dy = x.contiguous(), dy.contiguous()  # element i of the contiguous order: the index the mask is drawn at
     dx = torch.empty_like(x)
     n = dx.numel()
     if n:
@@ -112,13 +126,15 @@ class _ReluDropout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (x,) = ctx.saved_tensors
-        return relu_dropout_backward(dy, x, *ctx.args), None, None, None
+        return _backward(dy, x, *ctx.args), None, None, None
 
 
 def relu_dropout_writeup(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -> torch.Tensor:
     """The writeup's kernel as printed (one tl.rand per element, int32 offsets: it faults past 2**31
-    elements); same contract as relu_dropout otherwise, forward only."""
+    elements); same contract as relu_dropout otherwise. Not differentiable: an input that requires grad
+    is refused (RuntimeError)."""
     _check_args(x, p, seed, block_size)
+    _checks.forward_only("relu_dropout_writeup", x=x)
     return _launch(_relu_dropout_writeup_kernel, x, p, seed, block_size)
 
 

@@ -70,14 +70,16 @@ def softmax_writeup(x: torch.Tensor, block_size: int | None = None, *,
 
     block_size=None sizes the block to the row (the fix); an explicit block_size is used as is, so
     block_size=1024 silently drops every column past 1024 (the writeup's bug). ``out`` (optional)
-    receives the result; columns the kernel never writes keep their old content.
+    receives the result; columns the kernel never writes keep their old content. Not differentiable: an
+    x that requires grad is refused (RuntimeError).
     """
     _checks.tensor(x, "x", ndim=2)
+    _checks.forward_only("softmax_writeup (and softmax with a block_size)", x=x)
     n_rows, n_cols = x.shape
     block_size = triton.next_power_of_2(n_cols) if block_size is None else _checks.block_size(block_size)
+    out = _out(x, out)  # checked against x as given, before any copy
     if x.stride(1) != 1:
         x = x.contiguous()
-    out = _out(x, out)
     if out.stride(1) != 1:
         raise ValueError("out must have unit stride along its columns")
     if n_rows and n_cols:
@@ -363,7 +365,14 @@ class _Softmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        return _backward(y, dy)
+        return _backward_with_graph(y, dy) if torch.is_grad_enabled() else _backward(y, dy)
+
+
+def _backward_with_graph(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """dx in torch ops, for when autograd must differentiate the backward itself (create_graph=True, or
+    softmax_backward on tensors that require grad): a kernel's output would have no graph."""
+    y32, dy32 = y.float(), dy.float()
+    return (y32 * (dy32 - (y32 * dy32).sum(dim=-1, keepdim=True))).to(y.dtype)
 
 
 def _out(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
@@ -371,14 +380,17 @@ def _out(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
     _checks.tensor(out, "out", ndim=2)
     _checks.same("x", x, "out", out)
+    _checks.output(out, "out", x=x)  # out=x itself (in place) is allowed: each row is read before it is written
     return out
 
 
 def softmax(x: torch.Tensor, block_size: int | None = None, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Softmax over the rows of a 2-D tensor of any width and strides, differentiable.
+    """Softmax over the rows of a 2-D tensor of any width and strides, differentiable to any order
+    (first-order gradients run in Triton; under create_graph=True the backward runs in torch ops).
 
     An explicit block_size runs the writeup's kernel with that block (``softmax_writeup``), so
-    block_size=1024 is the writeup's bug. ``out`` (optional) receives the result.
+    block_size=1024 is the writeup's bug, and it is forward only. ``out`` (optional) receives the result;
+    it may be x itself (in place), but not a tensor with internal overlap or one that overlaps x otherwise.
     """
     if block_size is not None:
         return softmax_writeup(x, block_size, out=out)
@@ -391,10 +403,13 @@ def softmax(x: torch.Tensor, block_size: int | None = None, *, out: torch.Tensor
 
 
 def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    """The gradient of softmax at its output y: dx = y * (dy - sum(y * dy, row))."""
+    """The gradient of softmax at its output y: dx = y * (dy - sum(y * dy, row)). Differentiable: when y or
+    dy requires grad (grad mode on), it is computed in torch ops instead of the kernel, so it has a graph."""
     _checks.tensor(y, "y", ndim=2)
     _checks.tensor(dy, "dy", ndim=2)
     _checks.same("y", y, "dy", dy)
+    if torch.is_grad_enabled() and (y.requires_grad or dy.requires_grad):
+        return _backward_with_graph(y, dy)
     return _backward(y, dy)
 
 
