@@ -504,10 +504,14 @@ def causal_mask(seq_q: int, seq_k: int, device=None) -> torch.Tensor:
 
 def flash_attention_ref(q, k, v, causal: bool = False, sm_scale: float | None = None,
                         dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Plain attention in ``dtype`` (fp32 by default) with the same conventions as flash_attention."""
+    """Plain attention in ``dtype`` (fp32 by default) with the same conventions as flash_attention: rows
+    that see no key (causal, seq_q > seq_k) are zero; NaN and inf in the inputs propagate as in SDPA."""
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     s = (q.to(dtype) @ k.to(dtype).transpose(-1, -2)) * sm_scale
     if causal:
-        s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
-    p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # rows that see no key: all -inf -> 0
+        seen = causal_mask(q.shape[2], k.shape[2], q.device)
+        p = torch.softmax(s.masked_fill(~seen, float("-inf")), dim=-1)
+        p = p.masked_fill(~seen.any(dim=-1, keepdim=True), 0.0)  # a row of -inf alone is NaN: zero it
+    else:
+        p = torch.softmax(s, dim=-1)
     return p @ v.to(dtype)
