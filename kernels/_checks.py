@@ -1,6 +1,8 @@
 """Input checks shared by the public kernel functions: bad input is refused, never computed on."""
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from . import backend
@@ -17,6 +19,10 @@ def tensor(x, name: str, *, ndim: int | tuple[int, ...] | None = None, dtypes=FL
             raise ValueError(f"{name} must have {' or '.join(map(str, allowed))} dimensions, got shape {tuple(x.shape)}")
     if dtypes is not None and x.dtype not in dtypes:
         raise TypeError(f"{name} has unsupported dtype {x.dtype}; supported: {', '.join(map(str, dtypes))}")
+    if backend.current() == "aot":
+        raise RuntimeError("the 'aot' backend (KERNELS_BACKEND=aot) only compiles kernels ahead of time for a GPU "
+                           f"target; it cannot launch them, so {name} cannot be computed on: unset KERNELS_BACKEND "
+                           "to run on a GPU or in Triton's interpreter")
     if x.dtype == torch.bfloat16 and backend.current() == "interpreter":
         raise TypeError(f"{name} is bfloat16, and bf16 arithmetic is broken in Triton's interpreter (it returns "
                         "garbage): use float16/float32 here, or a GPU")
@@ -43,6 +49,25 @@ def block_size(value, name: str = "block_size", smallest: int = 1, largest: int 
     if not smallest <= value <= largest or value & (value - 1):
         raise ValueError(f"{name} must be a power of two in [{smallest}, {largest}], got {value}")
     return value
+
+
+def real(value, name: str) -> float:
+    """A number argument: a Python or NumPy int or float, as a float. Refused for its type (TypeError) when
+    it is not one: a bool, a string, a tensor (even 0-dim: its value may live on the GPU; pass .item())."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        hint = ": pass a Python number (.item())" if isinstance(value, torch.Tensor) else ""
+        raise TypeError(f"{name} must be a real number (a Python or NumPy int or float), got "
+                        f"{type(value).__name__} {value!r}{hint}")
+    return float(value)
+
+
+def integer(value, name: str) -> int:
+    """An integer argument: a Python or NumPy int (not a bool, float or tensor), as an int."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        hint = ": pass a Python int (.item())" if isinstance(value, torch.Tensor) else ""
+        raise TypeError(f"{name} must be an integer (a Python or NumPy int), got {type(value).__name__} "
+                        f"{value!r}{hint}")
+    return int(value)
 
 
 def flag(value, name: str) -> bool:

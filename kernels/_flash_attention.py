@@ -438,8 +438,7 @@ def _check(q, k, v, sm_scale):
         raise ValueError(f"head_dim must be in [{HEAD_DIMS[0]}, {HEAD_DIMS[1]}], got {d}")
     if sq < 1 or sk < 1:
         raise ValueError(f"sequence lengths must be >= 1, got seq_q={sq}, seq_k={sk}")
-    if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))
-                                 or not math.isfinite(sm_scale) or sm_scale <= 0):
+    if sm_scale is not None and not (math.isfinite(_checks.real(sm_scale, "sm_scale")) and sm_scale > 0):
         raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale!r}")
 
 

@@ -80,7 +80,7 @@ def relu_dropout(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -
     """dropout(relu(x)): each element is zeroed with probability p, survivors scaled by 1/(1-p).
     A NaN survives relu (as in torch) and is NaN if kept, 0 if dropped. Differentiable to any order: the
     backward saves x, not a mask, and draws the mask again from the seed."""
-    _check_args(x, p, seed, block_size)
+    p, seed = _check_args(x, p, seed, block_size)
     if torch.is_grad_enabled() and x.requires_grad:
         return _ReluDropout.apply(x, p, seed, block_size)
     return _launch(_relu_dropout_kernel, x, p, seed, block_size, int64_capable=True)
@@ -90,7 +90,7 @@ def relu_dropout_backward(dy: torch.Tensor, x: torch.Tensor, p: float, seed: int
                           block_size: int = 1024) -> torch.Tensor:
     """The gradient of relu_dropout(x, p, seed) for the output gradient dy (any block_size: the mask is
     a function of the element index alone). Differentiable in dy; its gradient in x is zero where defined."""
-    _check_args(x, p, seed, block_size)
+    p, seed = _check_args(x, p, seed, block_size)
     _checks.tensor(dy, "dy")
     _checks.same("dy", dy, "x", x)
     return _backward(dy, x, p, seed, block_size)
@@ -133,18 +133,21 @@ def relu_dropout_writeup(x: torch.Tensor, p: float, seed: int, block_size: int =
     """The writeup's kernel as printed (one tl.rand per element, int32 offsets: it faults past 2**31
     elements); same contract as relu_dropout otherwise. Not differentiable: an input that requires grad
     is refused (RuntimeError)."""
-    _check_args(x, p, seed, block_size)
+    p, seed = _check_args(x, p, seed, block_size)
     _checks.forward_only("relu_dropout_writeup", x=x)
     return _launch(_relu_dropout_writeup_kernel, x, p, seed, block_size)
 
 
-def _check_args(x: torch.Tensor, p: float, seed: int, block_size: int) -> None:
+def _check_args(x: torch.Tensor, p: float, seed: int, block_size: int) -> tuple[float, int]:
+    """Check the arguments; return p and seed as a Python float and int (they may come as NumPy scalars)."""
     _checks.tensor(x, "x")
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"p must be a number in [0, 1), got {p!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
-        raise ValueError(f"seed must be an int in [0, 2**31), got {seed!r}")
+    p, seed = _checks.real(p, "p"), _checks.integer(seed, "seed")
+    if not 0.0 <= p < 1.0:  # NaN fails too
+        raise ValueError(f"p must be in [0, 1), got {p!r}")
+    if not 0 <= seed < 2**31:
+        raise ValueError(f"seed must be in [0, 2**31), got {seed!r}")
     _checks.block_size(block_size, smallest=4)  # the improved kernel draws four numbers per Philox call
+    return p, seed
 
 
 def _launch(kernel, x: torch.Tensor, p: float, seed: int, block_size: int, int64_capable: bool = False) -> torch.Tensor:

@@ -30,13 +30,13 @@ BAD = [
     (lambda: relu_dropout(randn(8), 1.0, 0), ValueError, "p"),
     (lambda: relu_dropout(randn(8), -0.1, 0), ValueError, "p"),
     (lambda: relu_dropout(randn(8), math.nan, 0), ValueError, "p"),
-    (lambda: relu_dropout(randn(8), "0.5", 0), ValueError, "p"),
+    (lambda: relu_dropout(randn(8), "0.5", 0), TypeError, "p must be a real number"),
     (lambda: relu_dropout(randn(8), 0.5, -1), ValueError, "seed"),
     (lambda: relu_dropout(randn(8), 0.5, 2**31), ValueError, "seed"),
-    (lambda: relu_dropout(randn(8), 0.5, 1.5), ValueError, "seed"),
+    (lambda: relu_dropout(randn(8), 0.5, 1.5), TypeError, "seed must be an integer"),
     (lambda: relu_dropout(torch.arange(8, device=DEVICE), 0.5, 0), TypeError, "x"),
     (lambda: relu_dropout(randn(8), 0.5, 0, block_size=2), ValueError, "block_size"),
-    (lambda: relu_dropout_writeup(randn(8), 0.5, True), ValueError, "seed"),
+    (lambda: relu_dropout_writeup(randn(8), 0.5, True), TypeError, "seed"),
     # softmax
     (lambda: softmax(randn(10)), ValueError, "x"),
     (lambda: softmax(randn(2, 3, 4)), ValueError, "x"),
@@ -157,3 +157,37 @@ def test_vector_add_unmasked_refuses_an_out_overlapping_its_inputs():
     want = x + y
     vector_add_unmasked(x, y, x, block_size=8)  # in place
     torch.testing.assert_close(x, want)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Scalars from NumPy and torch: a valid value of a NumPy number type is accepted (as its Python value);
+# a tensor, a bool or a string is refused for its type (TypeError), never as "out of range".
+np = pytest.importorskip("numpy")
+SCALARS = {
+    "p": lambda value: relu_dropout(randn(64), value, 3),
+    "seed": lambda value: relu_dropout(randn(64), 0.5, value),
+    "sm_scale": lambda value: flash_attention(*qkv(), sm_scale=value),
+}
+VALID = {"p": [np.float32(0.5), np.float64(0.5), np.float16(0.25)],
+         "seed": [np.int32(3), np.int64(2**31 - 1), np.uint8(3)],
+         "sm_scale": [np.float32(0.25), np.float64(0.25), np.int64(1)]}
+WRONG_TYPE = [torch.tensor(0.5), torch.tensor(3), torch.tensor([0.5]), np.bool_(True), True, "0.5", None, [0.5]]
+
+
+@pytest.mark.parametrize("name", SCALARS)
+def test_numpy_scalars_with_a_valid_value_give_the_python_value_result(name):
+    for value in VALID[name]:
+        torch.testing.assert_close(SCALARS[name](value), SCALARS[name](value.item()),
+                                   msg=f"{name}={value!r} ({type(value).__name__})")
+
+
+@pytest.mark.parametrize("name", SCALARS)
+@pytest.mark.parametrize("value", WRONG_TYPE, ids=lambda v: f"{type(v).__name__}-{v!r}")
+def test_scalars_of_the_wrong_type_are_refused_for_their_type(name, value):
+    if name == "sm_scale" and value is None:
+        return  # None is sm_scale's default
+    with pytest.raises(TypeError, match=f"{name} must be an? (real number|integer).*got {type(value).__name__}"):
+        SCALARS[name](value)
+    if name == "p" or name == "seed":
+        with pytest.raises(TypeError, match=name):  # the backward checks them the same way
+            kernels.relu_dropout_backward(randn(64), randn(64), *((value, 3) if name == "p" else (0.5, value)))

@@ -1,6 +1,7 @@
 """How FlashAttention chooses its tiles: per shape bucket, pinned, untuned, or from the cache file; and
 flash_attention inside torch.compile. Runs anywhere (interpreter on a CPU)."""
 import json
+import re
 
 import pytest
 import torch
@@ -131,3 +132,34 @@ def test_compiled_with_fullgraph_matches_eager():
 def test_tune_ahead_reports_the_tiles_it_will_use():
     assert flash_attention.tune(*qkv(), causal=True) == {"fwd": "32x32/w4/s1", "bwd_dkdv": "32x32/w4/s1",
                                                          "bwd_dq": "32x32/w4/s1"}
+
+
+GARBAGE = {  # what a cache file may hold instead of {GPU: {bucket: tile}}
+    "a JSON list": lambda path: path.write_text("[1, 2]"),
+    "a JSON number": lambda path: path.write_text("3"),
+    "a GPU entry that is a list": lambda path: path.write_text(json.dumps({"a GPU | triton x": ["64x64/w4/s3"]})),
+    "a bad tile": lambda path: path.write_text(json.dumps({"a GPU | triton x": {"|".join(map(str, KEY)): "64x64"}})),
+    "binary bytes": lambda path: path.write_bytes(bytes(range(256))),
+    "JSON cut short": lambda path: path.write_text('{"a GPU | triton x": {"fwd'),
+}
+
+
+@pytest.mark.parametrize("garbage", GARBAGE)
+def test_a_garbage_cache_file_is_named_ignored_and_rewritten(gpu_free, garbage):
+    path = ft.cache_path()
+    GARBAGE[garbage](path)
+    with pytest.warns(RuntimeWarning, match=f"ignoring the FlashAttention tile cache {re.escape(str(path))}"):
+        tile = ft.choose(KEY, CANDIDATES, gpu_free.append)
+    assert tile == Tile(64, 64, 4, 3) and len(gpu_free) == 3  # tuned, as without a cache
+    assert json.loads(path.read_text()) == {"a GPU | triton x": {"|".join(map(str, KEY)): "64x64/w4/s3"}}
+
+
+def test_a_directory_in_place_of_the_cache_file_is_named_and_left_alone(gpu_free):
+    path = ft.cache_path()
+    path.mkdir()
+    (path / "keep").write_text("a user's file")
+    with pytest.warns(RuntimeWarning, match=re.escape(str(path))) as caught:
+        assert ft.choose(KEY, CANDIDATES, gpu_free.append) == Tile(64, 64, 4, 3)
+    assert any("could not write" in str(w.message) for w in caught)
+    assert (path / "keep").read_text() == "a user's file" and [p.name for p in path.parent.iterdir()] == [path.name]
+    assert ft.choose(KEY, CANDIDATES, gpu_free.append) == Tile(64, 64, 4, 3) and len(gpu_free) == 3  # remembered
