@@ -95,12 +95,14 @@ def attention_kernel(
     tl.store(out_ptr + out_offsets, out, mask=tl.expand_dims(row_mask, 1))
 
 
+@torch.compiler.disable  # Dynamo cannot trace Triton's launcher: no custom op for this one
 def attention_writeup(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """The writeup's kernel as printed; same contract as ``attention``, and wrong whenever d is not a
     power of two (>= 16). The writeup does not show its launcher. This one copies q, k, v into buffers with
     BLOCK_V - d zeros after them and writes into such a buffer, so the reads and writes past a row stay
     in memory it owns: what they touch is the next row (the bug), or zeros after the last. Not
-    differentiable: inputs that require grad are refused (RuntimeError)."""
+    differentiable: inputs that require grad are refused (RuntimeError). Inside torch.compile it runs
+    eagerly (a graph break, so fullgraph=True refuses it)."""
     args, cfg = _arguments(q, k, v)
     _checks.forward_only("attention_writeup", q=q, k=k, v=v)
     q, k, v, out, row_stride, col_stride, n_q, n_k, d, scale = args
@@ -127,12 +129,14 @@ def launch_config(n_k: int, head_dim: int, block_q: int = 16) -> dict:
                 BLOCK_V=max(MIN_DOT, triton.next_power_of_2(head_dim)))
 
 
+@torch.compiler.disable  # Dynamo cannot trace Triton's launcher: no custom op for this one
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """softmax(q k^T / sqrt(d)) v for q (n_q, d), k and v (n_k, d), with all of K/V loaded at once.
 
     Raises triton's OutOfResources when K/V no longer fit in shared memory (the writeup's wall).
     Differentiable to any order: the writeup has no backward kernel, so the backward is plain attention's
     in torch ops (fp32), from the saved inputs.
+    Inside torch.compile it runs eagerly (a graph break, so fullgraph=True refuses it).
     """
     args, cfg = _arguments(q, k, v)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
@@ -166,10 +170,12 @@ class _Attention(torch.autograd.Function):
         return (ds @ k32 * scale).to(q.dtype), (ds.T @ q32 * scale).to(k.dtype), (p.T @ do32).to(v.dtype)
 
 
+@torch.compiler.disable  # Dynamo cannot trace Triton's launcher: no custom op for this one
 def shared_memory_required(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:
     """Bytes of shared memory the writeup's kernel asks for at these shapes (``attention`` asks for the
     same: the mask adds no buffer), compiled for this GPU without launching, so also where the launch
-    would fail. GPU only."""
+    would fail. GPU only. Inside torch.compile it runs eagerly (a graph break, so fullgraph=True refuses
+    it)."""
     args, cfg = _arguments(q, k, v)
     printed = (*args[:8], args[9])  # the printed kernel has no head_dim argument
     return attention_kernel.warmup(*printed, grid=(1,), **cfg).metadata.shared

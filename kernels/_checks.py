@@ -130,7 +130,8 @@ def _span_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
 
     def span(t):
-        return t.data_ptr(), t.data_ptr() + (sum(s * (n - 1) for s, n in zip(t.stride(), t.shape)) + 1) * t.element_size()
+        last = sum(s * (n - 1) for s, n in zip(t.stride(), t.shape))  # in elements, from the first
+        return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
 
     (a0, a1), (b0, b1) = span(a), span(b)
     return a0 < b1 and b0 < a1

@@ -79,8 +79,11 @@ def _relu_dropout_writeup_kernel(x_ptr, out_ptr, n_elements, p, seed, BLOCK_SIZE
 def relu_dropout(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -> torch.Tensor:
     """dropout(relu(x)): each element is zeroed with probability p, survivors scaled by 1/(1-p).
     A NaN survives relu (as in torch) and is NaN if kept, 0 if dropped. Differentiable to any order: the
-    backward saves x, not a mask, and draws the mask again from the seed."""
+    backward saves x, not a mask, and draws the mask again from the seed. Works inside torch.compile
+    (first-order gradients there)."""
     p, seed = _check_args(x, p, seed, block_size)
+    if torch.compiler.is_compiling():
+        return _relu_dropout_op(x, p, seed, block_size)
     if torch.is_grad_enabled() and x.requires_grad:
         return _ReluDropout.apply(x, p, seed, block_size)
     return _launch(_relu_dropout_kernel, x, p, seed, block_size, int64_capable=True)
@@ -93,6 +96,8 @@ def relu_dropout_backward(dy: torch.Tensor, x: torch.Tensor, p: float, seed: int
     p, seed = _check_args(x, p, seed, block_size)
     _checks.tensor(dy, "dy")
     _checks.same("dy", dy, "x", x)
+    if torch.compiler.is_compiling():
+        return _relu_dropout_backward_op(dy, x, p, seed, block_size)
     return _backward(dy, x, p, seed, block_size)
 
 
@@ -129,10 +134,58 @@ class _ReluDropout(torch.autograd.Function):
         return _backward(dy, x, *ctx.args), None, None, None
 
 
+# For torch.compile: opaque ops with known outputs and a registered backward (Dynamo cannot trace Triton's
+# launcher).
+@torch.library.custom_op("kernels::relu_dropout", mutates_args=(),
+                         schema="(Tensor x, float p, int seed, int block_size) -> Tensor")
+def _relu_dropout_op(x, p, seed, block_size):
+    return _launch(_relu_dropout_kernel, x, p, seed, block_size, int64_capable=True)
+
+
+@torch.library.custom_op("kernels::relu_dropout_backward", mutates_args=(),
+                         schema="(Tensor dy, Tensor x, float p, int seed, int block_size) -> Tensor")
+def _relu_dropout_backward_op(dy, x, p, seed, block_size):
+    return _backward_kernel(dy, x, p, seed, block_size)
+
+
+@_relu_dropout_op.register_fake
+def _(x, p, seed, block_size):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+@_relu_dropout_backward_op.register_fake
+def _(dy, x, p, seed, block_size):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def _op_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.args = inputs[1:]
+
+
+def _op_backward(ctx, dy):
+    (x,) = ctx.saved_tensors
+    return _relu_dropout_backward_op(dy, x, *ctx.args), None, None, None
+
+
+_relu_dropout_op.register_autograd(_op_backward, setup_context=_op_setup)
+
+
+def _backward_op_backward(ctx, g):  # dx = dy * scale(x): linear in dy, a constant of x
+    (x,) = ctx.saved_tensors
+    return _relu_dropout_backward_op(g, x, *ctx.args), None, None, None, None
+
+
+_relu_dropout_backward_op.register_autograd(
+    _backward_op_backward, setup_context=lambda ctx, inputs, output: _op_setup(ctx, inputs[1:], output))
+
+
+@torch.compiler.disable  # Dynamo cannot trace Triton's launcher: no custom op for this one
 def relu_dropout_writeup(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -> torch.Tensor:
     """The writeup's kernel as printed (one tl.rand per element, int32 offsets: it faults past 2**31
     elements); same contract as relu_dropout otherwise. Not differentiable: an input that requires grad
-    is refused (RuntimeError)."""
+    is refused (RuntimeError). Inside torch.compile it runs eagerly (a graph break, so fullgraph=True
+    refuses it)."""
     p, seed = _check_args(x, p, seed, block_size)
     _checks.forward_only("relu_dropout_writeup", x=x)
     return _launch(_relu_dropout_writeup_kernel, x, p, seed, block_size)

@@ -64,6 +64,7 @@ def _writeup_warps(block_size: int) -> int:
     return 4 if block_size <= 2048 else 8 if block_size <= 8192 else 16
 
 
+@torch.compiler.disable  # Dynamo cannot trace Triton's launcher: no custom op for this one
 def softmax_writeup(x: torch.Tensor, block_size: int | None = None, *,
                     out: torch.Tensor | None = None) -> torch.Tensor:
     """The writeup's kernel: one program per row, one block of ``block_size`` columns.
@@ -72,6 +73,7 @@ def softmax_writeup(x: torch.Tensor, block_size: int | None = None, *,
     block_size=1024 silently drops every column past 1024 (the writeup's bug). ``out`` (optional)
     receives the result; columns the kernel never writes keep their old content. Not differentiable: an
     x that requires grad is refused (RuntimeError).
+    Inside torch.compile it runs eagerly (a graph break, so fullgraph=True refuses it).
     """
     _checks.tensor(x, "x", ndim=2)
     _checks.forward_only("softmax_writeup (and softmax with a block_size)", x=x)
@@ -375,6 +377,52 @@ def _backward_with_graph(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     return (y32 * (dy32 - (y32 * dy32).sum(dim=-1, keepdim=True))).to(y.dtype)
 
 
+# For torch.compile: opaque ops with known outputs and a registered backward (Dynamo cannot trace Triton's
+# launcher).
+@torch.library.custom_op("kernels::softmax", mutates_args=(), schema="(Tensor x) -> Tensor")
+def _softmax_op(x):
+    return _forward(x, _out(x, None))
+
+
+@torch.library.custom_op("kernels::softmax_backward", mutates_args=(), schema="(Tensor y, Tensor dy) -> Tensor")
+def _softmax_backward_op(y, dy):
+    return _backward(y, dy)
+
+
+@_softmax_op.register_fake
+def _(x):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+@_softmax_backward_op.register_fake
+def _(y, dy):
+    return torch.empty(y.shape, dtype=y.dtype, device=y.device)
+
+
+def _softmax_op_setup(ctx, inputs, output):
+    ctx.save_for_backward(output)
+
+
+_softmax_op.register_autograd(lambda ctx, dy: _softmax_backward_op(ctx.saved_tensors[0], dy),
+                              setup_context=_softmax_op_setup)
+
+
+def _softmax_backward_op_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _softmax_backward_op_backward(ctx, g):
+    """dx = y * (dy - s), s = sum(y * dy): d/d(dy) is the same map applied to g; d/dy = g * (dy - s) -
+    dy * sum(g * y)."""
+    y, dy = ctx.saved_tensors
+    y32, dy32, g32 = y.float(), dy.float(), g.float()
+    dgy = g32 * (dy32 - (y32 * dy32).sum(-1, keepdim=True)) - dy32 * (g32 * y32).sum(-1, keepdim=True)
+    return dgy.to(y.dtype), _softmax_backward_op(y, g)
+
+
+_softmax_backward_op.register_autograd(_softmax_backward_op_backward, setup_context=_softmax_backward_op_setup)
+
+
 def _out(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
     if out is None:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -389,12 +437,17 @@ def softmax(x: torch.Tensor, block_size: int | None = None, *, out: torch.Tensor
     (first-order gradients run in Triton; under create_graph=True the backward runs in torch ops).
 
     An explicit block_size runs the writeup's kernel with that block (``softmax_writeup``), so
-    block_size=1024 is the writeup's bug, and it is forward only. ``out`` (optional) receives the result;
+    block_size=1024 is the writeup's bug, and it is forward only. Works inside torch.compile (without
+    block_size or out; first-order gradients there). ``out`` (optional) receives the result;
     it may be x itself (in place), but not a tensor with internal overlap or one that overlaps x otherwise.
     """
     if block_size is not None:
         return softmax_writeup(x, block_size, out=out)
     _checks.tensor(x, "x", ndim=2)
+    if torch.compiler.is_compiling():
+        if out is not None:
+            raise ValueError("softmax(out=...) is not supported inside torch.compile: use its result")
+        return _softmax_op(x)
     if torch.is_grad_enabled() and x.requires_grad:
         if out is not None:
             raise ValueError("out= cannot be used when x requires grad")
@@ -408,6 +461,8 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     _checks.tensor(y, "y", ndim=2)
     _checks.tensor(dy, "dy", ndim=2)
     _checks.same("y", y, "dy", dy)
+    if torch.compiler.is_compiling():
+        return _softmax_backward_op(y, dy)
     if torch.is_grad_enabled() and (y.requires_grad or dy.requires_grad):
         return _backward_with_graph(y, dy)
     return _backward(y, dy)
