@@ -18,6 +18,7 @@ import math
 import torch
 
 from . import _checks
+from ._launch import serialized
 from ._triton import tl, triton
 
 __all__ = ["attention", "attention_ref", "launch_config", "attention_writeup", "shared_memory_required"]
@@ -96,6 +97,7 @@ def attention_kernel(
 
 
 @torch.compiler.disable  # Dynamo cannot trace Triton's launcher: no custom op for this one
+@serialized
 def attention_writeup(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """The writeup's kernel as printed; same contract as ``attention``, and wrong whenever d is not a
     power of two (>= 16). The writeup does not show its launcher. This one copies q, k, v into buffers with
@@ -144,6 +146,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
     return _forward(args, cfg)
 
 
+@serialized
 def _forward(args: tuple, cfg: dict) -> torch.Tensor:
     out, n_q = args[3], args[6]
     if n_q:
@@ -171,6 +174,7 @@ class _Attention(torch.autograd.Function):
 
 
 @torch.compiler.disable  # Dynamo cannot trace Triton's launcher: no custom op for this one
+@serialized
 def shared_memory_required(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:
     """Bytes of shared memory the writeup's kernel asks for at these shapes (``attention`` asks for the
     same: the mask adds no buffer), compiled for this GPU without launching, so also where the launch

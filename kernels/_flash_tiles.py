@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from ._launch import serialized
 from ._triton import triton
 
 CACHE_ENV = "KERNELS_TILE_CACHE"
@@ -158,6 +159,7 @@ def _write(key: tuple, tile: Tile) -> None:
                       "tile chosen is kept for this process only", RuntimeWarning, stacklevel=3)
 
 
+@serialized  # one thread tunes at a time, and no other thread launches a kernel of ours meanwhile
 def choose(key: tuple, candidates: list[Tile], run) -> Tile:
     """The tile for bucket ``key`` (its first item names the kernel); ``run(tile)`` launches it once."""
     tile = _pinned.get(key[0]) or _chosen.get(key)

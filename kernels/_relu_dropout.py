@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from . import _checks
+from ._launch import serialized
 from ._offsets import block_start, wide
 from ._triton import tl, triton
 
@@ -111,6 +112,7 @@ def _backward(dy, x, p, seed, block_size):
     return _backward_kernel(dy, x, p, seed, block_size)
 
 
+@serialized
 def _backward_kernel(dy, x, p, seed, block_size):
     x, dy = x.contiguous(), dy.contiguous()  # element i of the contiguous order: the index the mask is drawn at
     dx = torch.empty_like(x)
@@ -203,6 +205,7 @@ def _check_args(x: torch.Tensor, p: float, seed: int, block_size: int) -> tuple[
     return p, seed
 
 
+@serialized
 def _launch(kernel, x: torch.Tensor, p: float, seed: int, block_size: int, int64_capable: bool = False) -> torch.Tensor:
     """``int64_capable``: the kernel takes the WIDE constexpr (the improved ones do, the writeup's does not)."""
     x = x.contiguous()

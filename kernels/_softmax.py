@@ -28,6 +28,7 @@ import functools
 import torch
 
 from . import _checks, backend
+from ._launch import serialized
 from ._triton import tl, triton
 
 __all__ = ["softmax", "softmax_backward", "softmax_ref", "softmax_naive", "softmax_unfused", "softmax_writeup"]
@@ -65,6 +66,7 @@ def _writeup_warps(block_size: int) -> int:
 
 
 @torch.compiler.disable  # Dynamo cannot trace Triton's launcher: no custom op for this one
+@serialized
 def softmax_writeup(x: torch.Tensor, block_size: int | None = None, *,
                     out: torch.Tensor | None = None) -> torch.Tensor:
     """The writeup's kernel: one program per row, one block of ``block_size`` columns.
@@ -321,6 +323,7 @@ def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, chunk: int,
         kernel[(n_rows * splits,)](**arguments, n_groups=n_rows, PHASE=phase, **consts, num_warps=num_warps)
 
 
+@serialized
 def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     """Rows that fit one program's tile (launch_settings), else the split path; overrides as there."""
     n_rows, n_cols = x.shape
@@ -338,6 +341,7 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     return out
 
 
+@serialized
 def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
     """_forward's two paths for dx."""
     n_rows, n_cols = y.shape

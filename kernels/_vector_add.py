@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from . import _checks
+from ._launch import serialized
 from ._offsets import block_start, wide
 from ._triton import tl, triton
 
@@ -64,6 +65,7 @@ def _add(kernel, x, y, block_size):
     return _launch(kernel, x, y, block_size)
 
 
+@serialized
 def _launch(kernel, x, y, block_size):
     x, y = x.contiguous(), y.contiguous()
     out = torch.empty_like(x)
@@ -108,6 +110,7 @@ def _vector_add_unmasked_kernel(x_ptr, y_ptr, out_ptr, BLOCK_SIZE: tl.constexpr)
 
 
 @torch.compiler.disable  # Dynamo cannot trace Triton's launcher: no custom op for this one
+@serialized
 def vector_add_unmasked(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, block_size: int = 1024) -> None:
     """The add kernel with its mask removed, to show what the mask prevents (claim 14): the last block
     reads and writes up to ``block_size - 1`` elements past the end of x, y and out. Memory safe only
