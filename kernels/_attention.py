@@ -18,6 +18,7 @@ import math
 import torch
 
 from . import _checks
+from ._launch import serialized
 from ._triton import tl, triton
 
 __all__ = ["attention", "attention_ref", "launch_config", "attention_writeup", "shared_memory_required"]
@@ -95,12 +96,17 @@ def attention_kernel(
     tl.store(out_ptr + out_offsets, out, mask=tl.expand_dims(row_mask, 1))
 
 
+@torch.compiler.disable  # Dynamo cannot trace Triton's launcher: no custom op for this one
+@serialized
 def attention_writeup(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """The writeup's kernel as printed; same contract as ``attention``, and wrong whenever d is not a
     power of two (>= 16). The writeup does not show its launcher. This one copies q, k, v into buffers with
     BLOCK_V - d zeros after them and writes into such a buffer, so the reads and writes past a row stay
-    in memory it owns: what they touch is the next row (the bug), or zeros after the last."""
+    in memory it owns: what they touch is the next row (the bug), or zeros after the last. Not
+    differentiable: inputs that require grad are refused (RuntimeError). Inside torch.compile it runs
+    eagerly (a graph break, so fullgraph=True refuses it)."""
     args, cfg = _arguments(q, k, v)
+    _checks.forward_only("attention_writeup", q=q, k=k, v=v)
     q, k, v, out, row_stride, col_stride, n_q, n_k, d, scale = args
     pad = cfg["BLOCK_V"] - d
     q, k, v, padded_out = (_padded(t, pad) for t in (q, k, v, out))
@@ -125,22 +131,55 @@ def launch_config(n_k: int, head_dim: int, block_q: int = 16) -> dict:
                 BLOCK_V=max(MIN_DOT, triton.next_power_of_2(head_dim)))
 
 
+@torch.compiler.disable  # Dynamo cannot trace Triton's launcher: no custom op for this one
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """softmax(q k^T / sqrt(d)) v for q (n_q, d), k and v (n_k, d), with all of K/V loaded at once.
 
     Raises triton's OutOfResources when K/V no longer fit in shared memory (the writeup's wall).
+    Differentiable to any order: the writeup has no backward kernel, so the backward is plain attention's
+    in torch ops (fp32), from the saved inputs.
+    Inside torch.compile it runs eagerly (a graph break, so fullgraph=True refuses it).
     """
     args, cfg = _arguments(q, k, v)
-    out, n_q = args[3], q.shape[0]
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _Attention.apply(q, k, v)
+    return _forward(args, cfg)
+
+
+@serialized
+def _forward(args: tuple, cfg: dict) -> torch.Tensor:
+    out, n_q = args[3], args[6]
     if n_q:
         _attention_kernel[(triton.cdiv(n_q, cfg["BLOCK_Q"]),)](*args, **cfg)
     return out
 
 
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.save_for_backward(q, k, v)
+        return _forward(*_arguments(q, k, v))
+
+    @staticmethod
+    def backward(ctx, do):
+        """With P = softmax(S), S = q k^T s: dv = P^T do, dP = do v^T, dS = P * (dP - rowsum(P * dP)), dq = dS k s,
+        dk = dS^T q s. Torch ops on the saved inputs, so create_graph=True gets a graph."""
+        q, k, v = ctx.saved_tensors
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        q32, k32, v32, do32 = q.float(), k.float(), v.float(), do.float()
+        p = torch.softmax((q32 @ k32.T) * scale, dim=-1)
+        dp = do32 @ v32.T
+        ds = p * (dp - (dp * p).sum(dim=-1, keepdim=True))
+        return (ds @ k32 * scale).to(q.dtype), (ds.T @ q32 * scale).to(k.dtype), (p.T @ do32).to(v.dtype)
+
+
+@torch.compiler.disable  # Dynamo cannot trace Triton's launcher: no custom op for this one
+@serialized
 def shared_memory_required(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:
     """Bytes of shared memory the writeup's kernel asks for at these shapes (``attention`` asks for the
     same: the mask adds no buffer), compiled for this GPU without launching, so also where the launch
-    would fail. GPU only."""
+    would fail. GPU only. Inside torch.compile it runs eagerly (a graph break, so fullgraph=True refuses
+    it)."""
     args, cfg = _arguments(q, k, v)
     printed = (*args[:8], args[9])  # the printed kernel has no head_dim argument
     return attention_kernel.warmup(*printed, grid=(1,), **cfg).metadata.shared

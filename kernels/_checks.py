@@ -1,6 +1,8 @@
 """Input checks shared by the public kernel functions: bad input is refused, never computed on."""
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from . import backend
@@ -17,6 +19,10 @@ def tensor(x, name: str, *, ndim: int | tuple[int, ...] | None = None, dtypes=FL
             raise ValueError(f"{name} must have {' or '.join(map(str, allowed))} dimensions, got shape {tuple(x.shape)}")
     if dtypes is not None and x.dtype not in dtypes:
         raise TypeError(f"{name} has unsupported dtype {x.dtype}; supported: {', '.join(map(str, dtypes))}")
+    if backend.current() == "aot":
+        raise RuntimeError("the 'aot' backend (KERNELS_BACKEND=aot) only compiles kernels ahead of time for a GPU "
+                           f"target; it cannot launch them, so {name} cannot be computed on: unset KERNELS_BACKEND "
+                           "to run on a GPU or in Triton's interpreter")
     if x.dtype == torch.bfloat16 and backend.current() == "interpreter":
         raise TypeError(f"{name} is bfloat16, and bf16 arithmetic is broken in Triton's interpreter (it returns "
                         "garbage): use float16/float32 here, or a GPU")
@@ -45,8 +51,87 @@ def block_size(value, name: str = "block_size", smallest: int = 1, largest: int 
     return value
 
 
+def real(value, name: str) -> float:
+    """A number argument: a Python or NumPy int or float, as a float. Refused for its type (TypeError) when
+    it is not one: a bool, a string, a tensor (even 0-dim: its value may live on the GPU; pass .item())."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        hint = ": pass a Python number (.item())" if isinstance(value, torch.Tensor) else ""
+        raise TypeError(f"{name} must be a real number (a Python or NumPy int or float), got "
+                        f"{type(value).__name__} {value!r}{hint}")
+    return float(value)
+
+
+def integer(value, name: str) -> int:
+    """An integer argument: a Python or NumPy int (not a bool, float or tensor), as an int."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        hint = ": pass a Python int (.item())" if isinstance(value, torch.Tensor) else ""
+        raise TypeError(f"{name} must be an integer (a Python or NumPy int), got {type(value).__name__} "
+                        f"{value!r}{hint}")
+    return int(value)
+
+
 def flag(value, name: str) -> bool:
     """A yes/no argument: a real bool, so that causal="False" is not read as True."""
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {value!r}")
     return value
+
+
+def forward_only(function: str, **tensors: torch.Tensor) -> None:
+    """Refuse to run a kernel that has no backward when autograd would want one: its output would be
+    silently detached from the graph (gradients missing, not wrong-looking)."""
+    if torch.is_grad_enabled():
+        wanting = [name for name, t in tensors.items() if t.requires_grad]
+        if wanting:
+            raise RuntimeError(f"{function} is not differentiable (forward only), but {' and '.join(wanting)} "
+                               f"{'requires' if len(wanting) == 1 else 'require'} grad: call it under "
+                               "torch.no_grad() or pass detached tensors")
+
+
+def no_double_backward(function: str) -> None:
+    """Call at the top of a backward that runs Triton kernels: grad mode is on there only when autograd
+    was asked for create_graph=True, and a kernel's output has no graph, so second-order terms would be
+    silently zero."""
+    if torch.is_grad_enabled():
+        raise RuntimeError(f"{function} does not support double backward: its backward runs Triton kernels "
+                           "whose outputs have no graph (create_graph=True would give silently zero "
+                           "second-order terms)")
+
+
+def output(out: torch.Tensor, name: str = "out", **inputs: torch.Tensor) -> None:
+    """Refuse an output tensor that torch would refuse for an ``out=`` argument: one with internal overlap
+    (two of its elements at one memory location, e.g. expanded), or one that shares memory with an input
+    without being exactly it (an input's exact view is in-place use, which the kernels compute right).
+    Conservative: a layout whose elements merely interleave with another's is refused too."""
+    if _internal_overlap(out):
+        raise ValueError(f"{name} has internal overlap: more than one of its elements refers to a single memory "
+                         f"location (shape {tuple(out.shape)}, strides {out.stride()}); pass a tensor that does "
+                         f"not, e.g. {name}.clone()")
+    for other, t in inputs.items():
+        if _span_overlap(out, t) and not (out.data_ptr() == t.data_ptr() and out.shape == t.shape
+                                          and out.stride() == t.stride()):
+            raise ValueError(f"{name} overlaps {other} in memory with a different layout (offset, shape or "
+                             f"strides): pass {other} itself for in-place use, or a tensor of its own")
+
+
+def _internal_overlap(t: torch.Tensor) -> bool:
+    """True unless each dimension (smallest stride first) steps past everything the smaller ones span."""
+    span = 0  # elements from the first to the last reached by the dimensions seen so far
+    for stride, size in sorted((s, n) for s, n in zip(t.stride(), t.shape) if n > 1):
+        if stride <= span:
+            return True
+        span += stride * (size - 1)
+    return False
+
+
+def _span_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Do the memory ranges a and b reach (first to last element) intersect?"""
+    if not a.numel() or not b.numel() or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+
+    def span(t):
+        last = sum(s * (n - 1) for s, n in zip(t.stride(), t.shape))  # in elements, from the first
+        return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1

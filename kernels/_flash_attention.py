@@ -505,6 +505,7 @@ class _FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
+        _checks.no_double_backward("flash_attention")
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
         return dq, dk, dv, None, None
@@ -542,6 +543,7 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward_of_op(ctx, do, _dlse):
+    _checks.no_double_backward("flash_attention")
     q, k, v, o, lse = ctx.saved_tensors
     dq, dk, dv = _backward_op(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
     return dq, dk, dv, None, None
@@ -562,8 +564,7 @@ def _check(q, k, v, sm_scale):
         raise ValueError(f"head_dim must be in [{HEAD_DIMS[0]}, {HEAD_DIMS[1]}], got {d}")
     if sq < 1 or sk < 1:
         raise ValueError(f"sequence lengths must be >= 1, got seq_q={sq}, seq_k={sk}")
-    if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))
-                                 or not math.isfinite(sm_scale) or sm_scale <= 0):
+    if sm_scale is not None and not (math.isfinite(_checks.real(sm_scale, "sm_scale")) and sm_scale > 0):
         raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale!r}")
 
 
@@ -571,7 +572,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     causal: bool = False, sm_scale: float | None = None) -> torch.Tensor:
     """softmax(sm_scale * q k^T [+ causal mask]) v for (batch, heads, seq, head_dim) tensors.
 
-    Differentiable: the backward runs in Triton from the stored log-sum-exp. Works inside
+    Differentiable once: the backward runs in Triton from the stored log-sum-exp; double backward
+    (create_graph=True) raises RuntimeError rather than return gradients without a graph. Works inside
     torch.compile (fullgraph too) and CUDA graph capture. sm_scale defaults to 1/sqrt(head_dim); see
     the module docstring for the causal convention. Tiles are chosen per shape bucket (kernels/_flash_tiles.py):
     ``flash_attention.tune(q, k, v, causal)`` tunes ahead of time, ``flash_attention.pin(fwd="128x64/w8/s3")``
@@ -631,10 +633,14 @@ def causal_mask(seq_q: int, seq_k: int, device=None) -> torch.Tensor:
 
 def flash_attention_ref(q, k, v, causal: bool = False, sm_scale: float | None = None,
                         dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Plain attention in ``dtype`` (fp32 by default) with the same conventions as flash_attention."""
+    """Plain attention in ``dtype`` (fp32 by default) with the same conventions as flash_attention: rows
+    that see no key (causal, seq_q > seq_k) are zero; NaN and inf in the inputs propagate as in SDPA."""
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     s = (q.to(dtype) @ k.to(dtype).transpose(-1, -2)) * sm_scale
     if causal:
-        s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
-    p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # rows that see no key: all -inf -> 0
+        seen = causal_mask(q.shape[2], k.shape[2], q.device)
+        p = torch.softmax(s.masked_fill(~seen, float("-inf")), dim=-1)
+        p = p.masked_fill(~seen.any(dim=-1, keepdim=True), 0.0)  # a row of -inf alone is NaN: zero it
+    else:
+        p = torch.softmax(s, dim=-1)
     return p @ v.to(dtype)

@@ -17,14 +17,17 @@ fits, or while a CUDA graph is being captured (a capture cannot time anything).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from ._launch import serialized
 from ._triton import triton
 
 CACHE_ENV = "KERNELS_TILE_CACHE"
@@ -111,23 +114,56 @@ def _file_key() -> str:
 
 
 def _read() -> dict:
+    """The cache file's {GPU and Triton: {bucket: tile}}; {} when there is none, and, with a warning naming
+    it, when it is not such a file (not JSON, binary, a directory, unreadable): it is then rewritten whole."""
+    path = cache_path()
     try:
-        return json.loads(cache_path().read_text())
-    except (FileNotFoundError, json.JSONDecodeError):  # no cache yet, or one cut short: tune again
+        data = json.loads(path.read_text())
+    except FileNotFoundError:  # no cache yet: tune
         return {}
+    except (OSError, ValueError) as e:  # a directory, no permission, binary (UnicodeDecodeError), not JSON
+        return _ignored(path, f"{type(e).__name__}: {e}")
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        return _ignored(path, "it is not a JSON object of {GPU: {bucket: tile}}")
+    return data
+
+
+def _ignored(path: Path, why: str) -> dict:
+    warnings.warn(f"ignoring the FlashAttention tile cache {path} ({why}); tiles are tuned again and the "
+                  f"file rewritten (set {CACHE_ENV} to use another)", RuntimeWarning, stacklevel=3)
+    return {}
+
+
+def _stored(key: tuple) -> Tile | None:
+    """The cache file's tile for this bucket, if it has a valid one."""
+    text = _read().get(_file_key(), {}).get("|".join(map(str, key)))
+    try:
+        return None if text is None else Tile.parse(text)
+    except ValueError as e:
+        _ignored(cache_path(), f"its entry for {key}: {e}")
+        return None
 
 
 def _write(key: tuple, tile: Tile) -> None:
-    """Add one choice to the cache file, atomically (another process may be writing it too)."""
+    """Add one choice to the cache file, atomically (another process may be writing it too). A file that
+    cannot be written (a directory in its place, a read-only disk) is warned about, not raised: the
+    choice still holds for this process."""
     path = cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = _read()
-    data.setdefault(_file_key(), {})["|".join(map(str, key))] = str(tile)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = _read()
+        data.setdefault(_file_key(), {})["|".join(map(str, key))] = str(tile)
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        warnings.warn(f"could not write the FlashAttention tile cache {path} ({type(e).__name__}: {e}); the "
+                      "tile chosen is kept for this process only", RuntimeWarning, stacklevel=3)
 
 
+@serialized  # one thread tunes at a time, and no other thread launches a kernel of ours meanwhile
 def choose(key: tuple, candidates: list[Tile], run) -> Tile:
     """The tile for bucket ``key`` (its first item names the kernel); ``run(tile)`` launches it once."""
     tile = _pinned.get(key[0]) or _chosen.get(key)
@@ -138,9 +174,9 @@ def choose(key: tuple, candidates: list[Tile], run) -> Tile:
         return tile
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         return candidates[0]  # not remembered: a later call outside the capture still tunes
-    stored = _read().get(_file_key(), {}).get("|".join(map(str, key)))
-    if stored is not None and Tile.parse(stored) in candidates:
-        tile = _chosen[key] = Tile.parse(stored)
+    stored = _stored(key)
+    if stored in candidates:
+        tile = _chosen[key] = stored
         return tile
     timings[key] = {}
     for candidate in candidates:

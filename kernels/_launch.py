@@ -16,13 +16,32 @@ Triton's specialization), and every pointer 16-byte aligned. It is
 from __future__ import annotations
 
 import collections
+import functools
 import os
+import threading
 
 from . import backend
 from ._triton import triton
 
 TESTED = ("3.6",)  # Triton major.minor versions whose compiled-kernel launch this was checked against
 ENV = "KERNELS_DIRECT_LAUNCH"
+
+
+# One lock for every kernel launch and for tuning, so the kernels can be called from several threads: Triton's
+# interpreter keeps a launch's grid and its patched language module in process-wide state, and on the GPU
+# tuning captures CUDA graphs, during which another thread's launch or allocation on the default stream is
+# illegal. On the GPU it is held only while work is enqueued (and while a bucket is tuned). Re-entrant:
+# tuning launches, and softmax(block_size=...) calls softmax_writeup.
+LOCK = threading.RLock()
+
+
+def serialized(fn):
+    """fn, run holding LOCK."""
+    @functools.wraps(fn)
+    def locked(*args, **kwargs):
+        with LOCK:
+            return fn(*args, **kwargs)
+    return locked
 
 
 def enabled() -> bool:
@@ -47,6 +66,7 @@ class DirectLaunch:
     def clear(self) -> None:
         self._compiled.clear()
 
+    @serialized
     def __call__(self, programs: int, tensors: tuple, numbers: tuple, consts: dict) -> None:
         key = None
         if enabled() and all(t.data_ptr() % 16 == 0 for t in tensors):

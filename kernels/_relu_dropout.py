@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from . import _checks
+from ._launch import serialized
 from ._offsets import block_start, wide
 from ._triton import tl, triton
 
@@ -78,9 +79,12 @@ def _relu_dropout_writeup_kernel(x_ptr, out_ptr, n_elements, p, seed, BLOCK_SIZE
 
 def relu_dropout(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -> torch.Tensor:
     """dropout(relu(x)): each element is zeroed with probability p, survivors scaled by 1/(1-p).
-    A NaN survives relu (as in torch) and is NaN if kept, 0 if dropped. Differentiable: the backward
-    saves x, not a mask, and draws the mask again from the seed."""
-    _check_args(x, p, seed, block_size)
+    A NaN survives relu (as in torch) and is NaN if kept, 0 if dropped. Differentiable to any order: the
+    backward saves x, not a mask, and draws the mask again from the seed. Works inside torch.compile
+    (first-order gradients there)."""
+    p, seed = _check_args(x, p, seed, block_size)
+    if torch.compiler.is_compiling():
+        return _relu_dropout_op(x, p, seed, block_size)
     if torch.is_grad_enabled() and x.requires_grad:
         return _ReluDropout.apply(x, p, seed, block_size)
     return _launch(_relu_dropout_kernel, x, p, seed, block_size, int64_capable=True)
@@ -89,11 +93,28 @@ def relu_dropout(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -
 def relu_dropout_backward(dy: torch.Tensor, x: torch.Tensor, p: float, seed: int,
                           block_size: int = 1024) -> torch.Tensor:
     """The gradient of relu_dropout(x, p, seed) for the output gradient dy (any block_size: the mask is
-    a function of the element index alone)."""
-    _check_args(x, p, seed, block_size)
+    a function of the element index alone). Differentiable in dy; its gradient in x is zero where defined."""
+    p, seed = _check_args(x, p, seed, block_size)
     _checks.tensor(dy, "dy")
     _checks.same("dy", dy, "x", x)
-    x, dy = x.contiguous(), dy.contiguous()
+    if torch.compiler.is_compiling():
+        return _relu_dropout_backward_op(dy, x, p, seed, block_size)
+    return _backward(dy, x, p, seed, block_size)
+
+
+def _backward(dy, x, p, seed, block_size):
+    if torch.is_grad_enabled() and dy.requires_grad:
+        # A graph is wanted (create_graph=True): dx = dy * scale, scale (1/(1-p) or 0) from the kernel, a
+        # constant of x; the product in torch keeps dy's graph, so every order of derivative is right.
+        with torch.no_grad():
+            scale = _backward_kernel(torch.ones_like(x), x, p, seed, block_size)
+        return dy * scale
+    return _backward_kernel(dy, x, p, seed, block_size)
+
+
+@serialized
+def _backward_kernel(dy, x, p, seed, block_size):
+    x, dy = x.contiguous(), dy.contiguous()  # element i of the contiguous order: the index the mask is drawn at
     dx = torch.empty_like(x)
     n = dx.numel()
     if n:
@@ -112,25 +133,79 @@ class _ReluDropout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (x,) = ctx.saved_tensors
-        return relu_dropout_backward(dy, x, *ctx.args), None, None, None
+        return _backward(dy, x, *ctx.args), None, None, None
 
 
+# For torch.compile: opaque ops with known outputs and a registered backward (Dynamo cannot trace Triton's
+# launcher).
+@torch.library.custom_op("kernels::relu_dropout", mutates_args=(),
+                         schema="(Tensor x, float p, int seed, int block_size) -> Tensor")
+def _relu_dropout_op(x, p, seed, block_size):
+    return _launch(_relu_dropout_kernel, x, p, seed, block_size, int64_capable=True)
+
+
+@torch.library.custom_op("kernels::relu_dropout_backward", mutates_args=(),
+                         schema="(Tensor dy, Tensor x, float p, int seed, int block_size) -> Tensor")
+def _relu_dropout_backward_op(dy, x, p, seed, block_size):
+    return _backward_kernel(dy, x, p, seed, block_size)
+
+
+@_relu_dropout_op.register_fake
+def _(x, p, seed, block_size):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+@_relu_dropout_backward_op.register_fake
+def _(dy, x, p, seed, block_size):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def _op_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.args = inputs[1:]
+
+
+def _op_backward(ctx, dy):
+    (x,) = ctx.saved_tensors
+    return _relu_dropout_backward_op(dy, x, *ctx.args), None, None, None
+
+
+_relu_dropout_op.register_autograd(_op_backward, setup_context=_op_setup)
+
+
+def _backward_op_backward(ctx, g):  # dx = dy * scale(x): linear in dy, a constant of x
+    (x,) = ctx.saved_tensors
+    return _relu_dropout_backward_op(g, x, *ctx.args), None, None, None, None
+
+
+_relu_dropout_backward_op.register_autograd(
+    _backward_op_backward, setup_context=lambda ctx, inputs, output: _op_setup(ctx, inputs[1:], output))
+
+
+@torch.compiler.disable  # Dynamo cannot trace Triton's launcher: no custom op for this one
 def relu_dropout_writeup(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -> torch.Tensor:
     """The writeup's kernel as printed (one tl.rand per element, int32 offsets: it faults past 2**31
-    elements); same contract as relu_dropout otherwise, forward only."""
-    _check_args(x, p, seed, block_size)
+    elements); same contract as relu_dropout otherwise. Not differentiable: an input that requires grad
+    is refused (RuntimeError). Inside torch.compile it runs eagerly (a graph break, so fullgraph=True
+    refuses it)."""
+    p, seed = _check_args(x, p, seed, block_size)
+    _checks.forward_only("relu_dropout_writeup", x=x)
     return _launch(_relu_dropout_writeup_kernel, x, p, seed, block_size)
 
 
-def _check_args(x: torch.Tensor, p: float, seed: int, block_size: int) -> None:
+def _check_args(x: torch.Tensor, p: float, seed: int, block_size: int) -> tuple[float, int]:
+    """Check the arguments; return p and seed as a Python float and int (they may come as NumPy scalars)."""
     _checks.tensor(x, "x")
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"p must be a number in [0, 1), got {p!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
-        raise ValueError(f"seed must be an int in [0, 2**31), got {seed!r}")
+    p, seed = _checks.real(p, "p"), _checks.integer(seed, "seed")
+    if not 0.0 <= p < 1.0:  # NaN fails too
+        raise ValueError(f"p must be in [0, 1), got {p!r}")
+    if not 0 <= seed < 2**31:
+        raise ValueError(f"seed must be in [0, 2**31), got {seed!r}")
     _checks.block_size(block_size, smallest=4)  # the improved kernel draws four numbers per Philox call
+    return p, seed
 
 
+@serialized
 def _launch(kernel, x: torch.Tensor, p: float, seed: int, block_size: int, int64_capable: bool = False) -> torch.Tensor:
     """``int64_capable``: the kernel takes the WIDE constexpr (the improved ones do, the writeup's does not)."""
     x = x.contiguous()

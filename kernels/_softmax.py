@@ -28,6 +28,7 @@ import functools
 import torch
 
 from . import _checks, backend
+from ._launch import serialized
 from ._triton import tl, triton
 
 __all__ = ["softmax", "softmax_backward", "softmax_ref", "softmax_naive", "softmax_unfused", "softmax_writeup"]
@@ -64,20 +65,25 @@ def _writeup_warps(block_size: int) -> int:
     return 4 if block_size <= 2048 else 8 if block_size <= 8192 else 16
 
 
+@torch.compiler.disable  # Dynamo cannot trace Triton's launcher: no custom op for this one
+@serialized
 def softmax_writeup(x: torch.Tensor, block_size: int | None = None, *,
                     out: torch.Tensor | None = None) -> torch.Tensor:
     """The writeup's kernel: one program per row, one block of ``block_size`` columns.
 
     block_size=None sizes the block to the row (the fix); an explicit block_size is used as is, so
     block_size=1024 silently drops every column past 1024 (the writeup's bug). ``out`` (optional)
-    receives the result; columns the kernel never writes keep their old content.
+    receives the result; columns the kernel never writes keep their old content. Not differentiable: an
+    x that requires grad is refused (RuntimeError).
+    Inside torch.compile it runs eagerly (a graph break, so fullgraph=True refuses it).
     """
     _checks.tensor(x, "x", ndim=2)
+    _checks.forward_only("softmax_writeup (and softmax with a block_size)", x=x)
     n_rows, n_cols = x.shape
     block_size = triton.next_power_of_2(n_cols) if block_size is None else _checks.block_size(block_size)
+    out = _out(x, out)  # checked against x as given, before any copy
     if x.stride(1) != 1:
         x = x.contiguous()
-    out = _out(x, out)
     if out.stride(1) != 1:
         raise ValueError("out must have unit stride along its columns")
     if n_rows and n_cols:
@@ -317,6 +323,7 @@ def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, chunk: int,
         kernel[(n_rows * splits,)](**arguments, n_groups=n_rows, PHASE=phase, **consts, num_warps=num_warps)
 
 
+@serialized
 def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     """Rows that fit one program's tile (launch_settings), else the split path; overrides as there."""
     n_rows, n_cols = x.shape
@@ -334,6 +341,7 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     return out
 
 
+@serialized
 def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
     """_forward's two paths for dx."""
     n_rows, n_cols = y.shape
@@ -363,7 +371,60 @@ class _Softmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        return _backward(y, dy)
+        return _backward_with_graph(y, dy) if torch.is_grad_enabled() else _backward(y, dy)
+
+
+def _backward_with_graph(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """dx in torch ops, for when autograd must differentiate the backward itself (create_graph=True, or
+    softmax_backward on tensors that require grad): a kernel's output would have no graph."""
+    y32, dy32 = y.float(), dy.float()
+    return (y32 * (dy32 - (y32 * dy32).sum(dim=-1, keepdim=True))).to(y.dtype)
+
+
+# For torch.compile: opaque ops with known outputs and a registered backward (Dynamo cannot trace Triton's
+# launcher).
+@torch.library.custom_op("kernels::softmax", mutates_args=(), schema="(Tensor x) -> Tensor")
+def _softmax_op(x):
+    return _forward(x, _out(x, None))
+
+
+@torch.library.custom_op("kernels::softmax_backward", mutates_args=(), schema="(Tensor y, Tensor dy) -> Tensor")
+def _softmax_backward_op(y, dy):
+    return _backward(y, dy)
+
+
+@_softmax_op.register_fake
+def _(x):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+@_softmax_backward_op.register_fake
+def _(y, dy):
+    return torch.empty(y.shape, dtype=y.dtype, device=y.device)
+
+
+def _softmax_op_setup(ctx, inputs, output):
+    ctx.save_for_backward(output)
+
+
+_softmax_op.register_autograd(lambda ctx, dy: _softmax_backward_op(ctx.saved_tensors[0], dy),
+                              setup_context=_softmax_op_setup)
+
+
+def _softmax_backward_op_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _softmax_backward_op_backward(ctx, g):
+    """dx = y * (dy - s), s = sum(y * dy): d/d(dy) is the same map applied to g; d/dy = g * (dy - s) -
+    dy * sum(g * y)."""
+    y, dy = ctx.saved_tensors
+    y32, dy32, g32 = y.float(), dy.float(), g.float()
+    dgy = g32 * (dy32 - (y32 * dy32).sum(-1, keepdim=True)) - dy32 * (g32 * y32).sum(-1, keepdim=True)
+    return dgy.to(y.dtype), _softmax_backward_op(y, g)
+
+
+_softmax_backward_op.register_autograd(_softmax_backward_op_backward, setup_context=_softmax_backward_op_setup)
 
 
 def _out(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
@@ -371,18 +432,26 @@ def _out(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
     _checks.tensor(out, "out", ndim=2)
     _checks.same("x", x, "out", out)
+    _checks.output(out, "out", x=x)  # out=x itself (in place) is allowed: each row is read before it is written
     return out
 
 
 def softmax(x: torch.Tensor, block_size: int | None = None, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Softmax over the rows of a 2-D tensor of any width and strides, differentiable.
+    """Softmax over the rows of a 2-D tensor of any width and strides, differentiable to any order
+    (first-order gradients run in Triton; under create_graph=True the backward runs in torch ops).
 
     An explicit block_size runs the writeup's kernel with that block (``softmax_writeup``), so
-    block_size=1024 is the writeup's bug. ``out`` (optional) receives the result.
+    block_size=1024 is the writeup's bug, and it is forward only. Works inside torch.compile (without
+    block_size or out; first-order gradients there). ``out`` (optional) receives the result;
+    it may be x itself (in place), but not a tensor with internal overlap or one that overlaps x otherwise.
     """
     if block_size is not None:
         return softmax_writeup(x, block_size, out=out)
     _checks.tensor(x, "x", ndim=2)
+    if torch.compiler.is_compiling():
+        if out is not None:
+            raise ValueError("softmax(out=...) is not supported inside torch.compile: use its result")
+        return _softmax_op(x)
     if torch.is_grad_enabled() and x.requires_grad:
         if out is not None:
             raise ValueError("out= cannot be used when x requires grad")
@@ -391,10 +460,15 @@ def softmax(x: torch.Tensor, block_size: int | None = None, *, out: torch.Tensor
 
 
 def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    """The gradient of softmax at its output y: dx = y * (dy - sum(y * dy, row))."""
+    """The gradient of softmax at its output y: dx = y * (dy - sum(y * dy, row)). Differentiable: when y or
+    dy requires grad (grad mode on), it is computed in torch ops instead of the kernel, so it has a graph."""
     _checks.tensor(y, "y", ndim=2)
     _checks.tensor(dy, "dy", ndim=2)
     _checks.same("y", y, "dy", dy)
+    if torch.compiler.is_compiling():
+        return _softmax_backward_op(y, dy)
+    if torch.is_grad_enabled() and (y.requires_grad or dy.requires_grad):
+        return _backward_with_graph(y, dy)
     return _backward(y, dy)
 
 

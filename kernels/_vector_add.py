@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from . import _checks
+from ._launch import serialized
 from ._offsets import block_start, wide
 from ._triton import tl, triton
 
@@ -40,31 +41,65 @@ def _vector_add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constex
 
 
 def vector_add(x: torch.Tensor, y: torch.Tensor, block_size: int = 1024) -> torch.Tensor:
-    """x + y for same-shape tensors of any rank and size; the result is a new contiguous tensor."""
-    x, y, out = _arguments(x, y, block_size)
-    n = out.numel()
-    if n:
-        _vector_add_kernel[(triton.cdiv(n, block_size),)](x, y, out, n, BLOCK_SIZE=block_size,
-                                                          WIDE=wide(n, block_size))
-    return out
+    """x + y for same-shape tensors of any rank, size and strides; the result is a new contiguous tensor.
+    Differentiable (the gradient of each input is the output's gradient); works inside torch.compile."""
+    return _add(_vector_add_kernel, x, y, block_size)
 
 
+@torch.compiler.disable  # Dynamo cannot trace Triton's launcher: no custom op for this one
 def vector_add_writeup(x: torch.Tensor, y: torch.Tensor, block_size: int = 1024) -> torch.Tensor:
-    """The writeup's kernel as printed (int32 offsets: it faults past 2**31 elements); same contract otherwise."""
-    x, y, out = _arguments(x, y, block_size)
-    n = out.numel()
-    if n:
-        add_kernel[(triton.cdiv(n, block_size),)](x, y, out, n, BLOCK_SIZE=block_size)
-    return out
+    """The writeup's kernel as printed (int32 offsets: it faults past 2**31 elements); same contract otherwise
+    (differentiable too). Inside torch.compile it runs eagerly (a graph break, so fullgraph=True refuses it)."""
+    return _add(add_kernel, x, y, block_size)
 
 
-def _arguments(x, y, block_size):
+def _add(kernel, x, y, block_size):
     _checks.tensor(x, "x", dtypes=DTYPES)
     _checks.tensor(y, "y", dtypes=DTYPES)
     _checks.same("x", x, "y", y)
     _checks.block_size(block_size)
+    if torch.compiler.is_compiling() and kernel is _vector_add_kernel:
+        return _vector_add_op(x, y, block_size)
+    if torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
+        return _VectorAdd.apply(kernel, x, y, block_size)
+    return _launch(kernel, x, y, block_size)
+
+
+@serialized
+def _launch(kernel, x, y, block_size):
     x, y = x.contiguous(), y.contiguous()
-    return x, y, torch.empty_like(x)
+    out = torch.empty_like(x)
+    n = out.numel()
+    if n:
+        wide_offsets = {"WIDE": wide(n, block_size)} if kernel is _vector_add_kernel else {}  # the writeup's: int32
+        kernel[(triton.cdiv(n, block_size),)](x, y, out, n, BLOCK_SIZE=block_size, **wide_offsets)
+    return out
+
+
+class _VectorAdd(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, kernel, x, y, block_size):
+        return _launch(kernel, x, y, block_size)
+
+    @staticmethod
+    def backward(ctx, dout):  # d(x + y)/dx = d(x + y)/dy = 1; differentiable again (it is the identity)
+        return None, dout, dout, None
+
+
+# For torch.compile: an opaque op with a known output (the fake below) and a backward, instead of Dynamo
+# tracing into Triton's launcher (which it cannot).
+@torch.library.custom_op("kernels::vector_add", mutates_args=(),
+                         schema="(Tensor x, Tensor y, int block_size) -> Tensor")
+def _vector_add_op(x, y, block_size):
+    return _launch(_vector_add_kernel, x, y, block_size)
+
+
+@_vector_add_op.register_fake
+def _(x, y, block_size):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+_vector_add_op.register_autograd(lambda ctx, dout: (dout, dout, None))
 
 
 @triton.jit
@@ -74,11 +109,14 @@ def _vector_add_unmasked_kernel(x_ptr, y_ptr, out_ptr, BLOCK_SIZE: tl.constexpr)
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets) + tl.load(y_ptr + offsets))
 
 
+@torch.compiler.disable  # Dynamo cannot trace Triton's launcher: no custom op for this one
+@serialized
 def vector_add_unmasked(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, block_size: int = 1024) -> None:
     """The add kernel with its mask removed, to show what the mask prevents (claim 14): the last block
     reads and writes up to ``block_size - 1`` elements past the end of x, y and out. Memory safe only
     when the three are views into buffers with at least that much room after them; this function checks
-    that they are, and is not for computing anything."""
+    that they are, and is not for computing anything (nor differentiable: inputs that require grad are
+    refused). Inside torch.compile it runs eagerly (a graph break, so fullgraph=True refuses it)."""
     _checks.block_size(block_size)
     for name, t in (("x", x), ("y", y), ("out", out)):
         _checks.tensor(t, name, ndim=1, dtypes=DTYPES)
@@ -87,6 +125,8 @@ def vector_add_unmasked(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, blo
         if not t.is_contiguous() or room < triton.cdiv(t.numel(), block_size) * block_size:
             raise ValueError(f"{name} must be a contiguous view with room for whole blocks of {block_size} "
                              f"after it: {room} elements of storage for {t.numel()}")
+    _checks.output(out, "out", x=x, y=y)
+    _checks.forward_only("vector_add_unmasked", x=x, y=y, out=out)
     if out.numel():
         _vector_add_unmasked_kernel[(triton.cdiv(out.numel(), block_size),)](x, y, out, BLOCK_SIZE=block_size)
 

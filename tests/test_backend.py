@@ -31,3 +31,26 @@ def test_backend_cannot_change_after_kernels_loaded():
     other = "gpu" if backend.current() == "interpreter" else "interpreter"
     with pytest.raises(RuntimeError, match="already set up"):
         backend.select(other)
+
+
+def test_aot_backend_refuses_to_launch_naming_itself():
+    """KERNELS_BACKEND=aot compiles for a GPU target without one: a kernel call is refused before any
+    launch, for CPU tensors as for any other, instead of crashing inside Triton."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["KERNELS_BACKEND"] = "aot"
+    code = ("import torch, kernels\n"
+            "for call in (lambda: kernels.vector_add(torch.ones(4), torch.ones(4)),\n"
+            "             lambda: kernels.softmax(torch.ones(2, 4)),\n"
+            "             lambda: kernels.flash_attention(*[torch.ones(1, 1, 4, 16)] * 3)):\n"
+            "    try:\n"
+            "        call()\n"
+            "    except RuntimeError as e:\n"
+            "        print('refused:', e)\n")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3 and all("'aot' backend" in line and "cannot launch" in line for line in lines), done.stdout

@@ -6,7 +6,9 @@ import pytest
 import torch
 from conftest import DEVICE, ON_GPU, randn
 
-from kernels import attention, flash_attention, relu_dropout, relu_dropout_writeup, softmax, vector_add
+import kernels
+from kernels import (attention, flash_attention, relu_dropout, relu_dropout_writeup, softmax, vector_add,
+                     vector_add_unmasked)
 
 
 def qkv(q=(1, 2, 8, 32), k=(1, 2, 8, 32), v=None, dtype=torch.float32):
@@ -28,13 +30,13 @@ BAD = [
     (lambda: relu_dropout(randn(8), 1.0, 0), ValueError, "p"),
     (lambda: relu_dropout(randn(8), -0.1, 0), ValueError, "p"),
     (lambda: relu_dropout(randn(8), math.nan, 0), ValueError, "p"),
-    (lambda: relu_dropout(randn(8), "0.5", 0), ValueError, "p"),
+    (lambda: relu_dropout(randn(8), "0.5", 0), TypeError, "p must be a real number"),
     (lambda: relu_dropout(randn(8), 0.5, -1), ValueError, "seed"),
     (lambda: relu_dropout(randn(8), 0.5, 2**31), ValueError, "seed"),
-    (lambda: relu_dropout(randn(8), 0.5, 1.5), ValueError, "seed"),
+    (lambda: relu_dropout(randn(8), 0.5, 1.5), TypeError, "seed must be an integer"),
     (lambda: relu_dropout(torch.arange(8, device=DEVICE), 0.5, 0), TypeError, "x"),
     (lambda: relu_dropout(randn(8), 0.5, 0, block_size=2), ValueError, "block_size"),
-    (lambda: relu_dropout_writeup(randn(8), 0.5, True), ValueError, "seed"),
+    (lambda: relu_dropout_writeup(randn(8), 0.5, True), TypeError, "seed"),
     # softmax
     (lambda: softmax(randn(10)), ValueError, "x"),
     (lambda: softmax(randn(2, 3, 4)), ValueError, "x"),
@@ -83,3 +85,109 @@ def test_relu_keeps_nan_like_torch():
     x = torch.tensor([math.nan, -1.0, 2.0, math.nan], device=DEVICE)
     out = relu_dropout(x, 0.0, 0)  # p = 0 keeps everything: exactly torch.relu
     torch.testing.assert_close(out, torch.relu(x), equal_nan=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# out=: validated as torch validates it. Every public function that takes an `out` is listed here.
+def softmax_split(monkeypatch):
+    """softmax on its split path (rows cut into chunks) at a small width."""
+    from kernels import _softmax
+
+    monkeypatch.setattr(_softmax, "ROW_LIMIT", 4)
+    monkeypatch.setattr(_softmax, "CHUNK", 2)
+    return softmax
+
+
+WITH_OUT = {
+    "softmax": lambda mp: softmax,
+    "softmax split path": softmax_split,
+    "softmax_writeup": lambda mp: kernels.softmax_writeup,
+    "softmax with a block_size": lambda mp: lambda x, out: softmax(x, block_size=8, out=out),
+}
+
+
+def test_every_function_taking_out_is_covered():
+    import inspect
+
+    taking = {n for n in kernels.__all__ if callable(f := getattr(kernels, n))
+              and "out" in inspect.signature(f).parameters}
+    assert taking == {"softmax", "softmax_writeup", "vector_add_unmasked"}  # vector_add_unmasked: below
+
+
+def overlapping_outs(x):
+    """(what, out) pairs torch refuses for x of shape (5, 5): outs whose elements share memory with each
+    other, or with x's in another layout."""
+    buf = torch.empty(40, device=DEVICE)
+    yield "expanded row", torch.empty(1, 5, device=DEVICE).expand(5, 5)
+    yield "strides (1, 1)", buf.as_strided((5, 5), (1, 1))
+    yield "strides (2, 1)", buf.as_strided((5, 5), (2, 1))
+    yield "x transposed", x.t()
+    yield "x shifted by a row", x.view(-1)[5:].as_strided((5, 5), (5, 1))
+
+
+@pytest.mark.parametrize("name", WITH_OUT)
+def test_out_with_overlap_is_refused(name, monkeypatch):
+    fn = WITH_OUT[name](monkeypatch)
+    storage = randn(40)
+    x = storage[:25].view(5, 5)
+    before = storage.clone()
+    for what, out in overlapping_outs(x):
+        with pytest.raises(ValueError, match="out (has internal overlap|overlaps x)"):
+            fn(x, out=out)
+        assert torch.equal(storage, before), f"{what}: memory written before the refusal"
+
+
+@pytest.mark.parametrize("name", WITH_OUT)
+def test_out_in_place_or_beside_x_in_one_buffer_is_computed_right(name, monkeypatch):
+    fn = WITH_OUT[name](monkeypatch)
+    storage = randn(50)
+    x, beside = storage[:25].view(5, 5), storage[25:].view(5, 5)
+    want = torch.softmax(x, dim=-1)
+    assert fn(x, out=beside) is beside
+    torch.testing.assert_close(beside, want)
+    assert fn(x, out=x) is x  # in place: each row is read before it is written
+    torch.testing.assert_close(x, want)
+
+
+def test_vector_add_unmasked_refuses_an_out_overlapping_its_inputs():
+    buf = randn(64)
+    x, y = buf[:8], randn(16)[:8]
+    with pytest.raises(ValueError, match="out overlaps x"):
+        vector_add_unmasked(x, y, buf[4:12], block_size=8)
+    want = x + y
+    vector_add_unmasked(x, y, x, block_size=8)  # in place
+    torch.testing.assert_close(x, want)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Scalars from NumPy and torch: a valid value of a NumPy number type is accepted (as its Python value);
+# a tensor, a bool or a string is refused for its type (TypeError), never as "out of range".
+np = pytest.importorskip("numpy")
+SCALARS = {
+    "p": lambda value: relu_dropout(randn(64), value, 3),
+    "seed": lambda value: relu_dropout(randn(64), 0.5, value),
+    "sm_scale": lambda value: flash_attention(*qkv(), sm_scale=value),
+}
+VALID = {"p": [np.float32(0.5), np.float64(0.5), np.float16(0.25)],
+         "seed": [np.int32(3), np.int64(2**31 - 1), np.uint8(3)],
+         "sm_scale": [np.float32(0.25), np.float64(0.25), np.int64(1)]}
+WRONG_TYPE = [torch.tensor(0.5), torch.tensor(3), torch.tensor([0.5]), np.bool_(True), True, "0.5", None, [0.5]]
+
+
+@pytest.mark.parametrize("name", SCALARS)
+def test_numpy_scalars_with_a_valid_value_give_the_python_value_result(name):
+    for value in VALID[name]:
+        torch.testing.assert_close(SCALARS[name](value), SCALARS[name](value.item()),
+                                   msg=f"{name}={value!r} ({type(value).__name__})")
+
+
+@pytest.mark.parametrize("name", SCALARS)
+@pytest.mark.parametrize("value", WRONG_TYPE, ids=lambda v: f"{type(v).__name__}-{v!r}")
+def test_scalars_of_the_wrong_type_are_refused_for_their_type(name, value):
+    if name == "sm_scale" and value is None:
+        return  # None is sm_scale's default
+    with pytest.raises(TypeError, match=f"{name} must be an? (real number|integer).*got {type(value).__name__}"):
+        SCALARS[name](value)
+    if name == "p" or name == "seed":
+        with pytest.raises(TypeError, match=name):  # the backward checks them the same way
+            kernels.relu_dropout_backward(randn(64), randn(64), *((value, 3) if name == "p" else (0.5, value)))

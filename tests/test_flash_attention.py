@@ -101,3 +101,33 @@ def test_gradients_of_expanded_inputs_are_summed_over_the_repeats():
     tol = max(1e-4, attention_eps(torch.float32, ON_GPU))  # fp32 tl.dot is TF32 on the GPU; a gradient summed
     for g, w in zip(got, want):                            # over the wrong repeats is off by O(1)
         torch.testing.assert_close(g, w, atol=tol, rtol=1e-4)
+
+
+NONFINITE = {  # (where, value): one element of q, k or v made non-finite
+    "nan in q": ("q", (0, 0, 3, 1), float("nan")),
+    "nan in k": ("k", (0, 1, 2, 5), float("nan")),
+    "+inf in k": ("k", (0, 0, 4, 3), float("inf")),  # the last key: no row sees it alone (see below)
+    "-inf in q": ("q", (0, 1, 4, 0), float("-inf")),
+    "inf in v": ("v", (0, 0, 1, 0), float("inf")),
+    "nan in v": ("v", (0, 1, 3, 2), float("nan")),
+}
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("case", NONFINITE)
+def test_nan_and_inf_propagate_in_kernel_and_reference_as_in_sdpa(case, causal):
+    """flash_attention_ref zeroes only the rows that see no key: NaN and inf elsewhere propagate, to the
+    same elements as the kernel's; and where SDPA's convention is the same, to SDPA's. (Not covered: a
+    row whose every visible score is -inf, which the kernel answers with 0 or NaN depending on whether
+    the key tile straddles the causal diagonal; SDPA and the reference give NaN.)"""
+    where, index, value = NONFINITE[case]
+    for sq in (5, 7):  # 7 > seq_k: causal rows 0 and 1 see no key
+        q, k, v = (t.detach() for t in qkv(1, 2, sq, 5, 16, torch.float32))
+        dict(q=q, k=k, v=v)[where][index] = value
+        out, ref = flash_attention(q, k, v, causal=causal), flash_attention_ref(q, k, v, causal=causal)
+        assert ref.isnan().any() or not ref.isfinite().all() or value == float("-inf")
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5, equal_nan=True)
+        if not causal or (sq == 5 and where != "k"):  # SDPA's causal mask adds -inf, so NaN + -inf leaks
+            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+                sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            torch.testing.assert_close(ref, sdpa, atol=1e-5, rtol=1e-5, equal_nan=True)

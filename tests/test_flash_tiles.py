@@ -1,6 +1,7 @@
 """How FlashAttention chooses its tiles: per shape bucket, pinned, untuned, or from the cache file; and
 flash_attention inside torch.compile. Runs anywhere (interpreter on a CPU)."""
 import json
+import re
 
 import pytest
 import torch
@@ -167,3 +168,34 @@ def test_tma_needs_hopper_half_precision_and_aligned_strides(monkeypatch):
     assert not fa._tma_ready(torch.zeros(2, 3, 40, 60, dtype=x.dtype))  # rows 120 bytes apart
     assert not fa._tma_ready(x.transpose(-1, -2))  # head_dim not the unit stride
     assert not fa._tma_ready(torch.zeros(x.numel() + 1, dtype=x.dtype)[1:].view(x.shape))  # base 2 bytes off
+
+
+GARBAGE = {  # what a cache file may hold instead of {GPU: {bucket: tile}}
+    "a JSON list": lambda path: path.write_text("[1, 2]"),
+    "a JSON number": lambda path: path.write_text("3"),
+    "a GPU entry that is a list": lambda path: path.write_text(json.dumps({"a GPU | triton x": ["64x64/w4/s3"]})),
+    "a bad tile": lambda path: path.write_text(json.dumps({"a GPU | triton x": {"|".join(map(str, KEY)): "64x64"}})),
+    "binary bytes": lambda path: path.write_bytes(bytes(range(256))),
+    "JSON cut short": lambda path: path.write_text('{"a GPU | triton x": {"fwd'),
+}
+
+
+@pytest.mark.parametrize("garbage", GARBAGE)
+def test_a_garbage_cache_file_is_named_ignored_and_rewritten(gpu_free, garbage):
+    path = ft.cache_path()
+    GARBAGE[garbage](path)
+    with pytest.warns(RuntimeWarning, match=f"ignoring the FlashAttention tile cache {re.escape(str(path))}"):
+        tile = ft.choose(KEY, CANDIDATES, gpu_free.append)
+    assert tile == Tile(64, 64, 4, 3) and len(gpu_free) == 3  # tuned, as without a cache
+    assert json.loads(path.read_text()) == {"a GPU | triton x": {"|".join(map(str, KEY)): "64x64/w4/s3"}}
+
+
+def test_a_directory_in_place_of_the_cache_file_is_named_and_left_alone(gpu_free):
+    path = ft.cache_path()
+    path.mkdir()
+    (path / "keep").write_text("a user's file")
+    with pytest.warns(RuntimeWarning, match=re.escape(str(path))) as caught:
+        assert ft.choose(KEY, CANDIDATES, gpu_free.append) == Tile(64, 64, 4, 3)
+    assert any("could not write" in str(w.message) for w in caught)
+    assert (path / "keep").read_text() == "a user's file" and [p.name for p in path.parent.iterdir()] == [path.name]
+    assert ft.choose(KEY, CANDIDATES, gpu_free.append) == Tile(64, 64, 4, 3) and len(gpu_free) == 3  # remembered

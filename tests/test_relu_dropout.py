@@ -59,15 +59,16 @@ def test_p_zero_is_relu():
     assert torch.equal(relu_dropout(x, 0.0, 1), torch.relu(x))
 
 
-@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5, float("nan"), "0.5", True])
-def test_bad_p_is_refused(p):
-    with pytest.raises(ValueError, match="p must be"):
+@pytest.mark.parametrize("p, error", [(-0.1, ValueError), (1.0, ValueError), (1.5, ValueError),
+                                      (float("nan"), ValueError), ("0.5", TypeError), (True, TypeError)])
+def test_bad_p_is_refused(p, error):  # a value out of range: ValueError; not a number at all: TypeError
+    with pytest.raises(error, match="p must be"):
         relu_dropout(randn(10), p, 0)
 
 
-@pytest.mark.parametrize("seed", [-1, 2**31, 1.5])
-def test_bad_seed_is_refused(seed):
-    with pytest.raises(ValueError, match="seed"):
+@pytest.mark.parametrize("seed, error", [(-1, ValueError), (2**31, ValueError), (1.5, TypeError)])
+def test_bad_seed_is_refused(seed, error):
+    with pytest.raises(error, match="seed"):
         relu_dropout(randn(10), 0.5, seed)
 
 
