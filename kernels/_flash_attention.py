@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import torch
 
@@ -43,6 +44,9 @@ CANDIDATES = {
     # dk/dv: a program keeps BLOCK_N keys and streams query tiles past them; dq: the other way round
     "bwd_dkdv": [(64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
     "bwd_dq": [(128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 128, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
+    # the one-pass backward (KERNELS_FLASH_BACKWARD=one_pass): the dk/dv kernel adding dQ; FlashAttention-3's
+    # sm_90 tile first (slower than two_pass so far: tune_flash.py's docstring)
+    "bwd_one_pass": [(64, 128, 8, 3), (64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
 }  # from workflow/scripts/tune_flash.py on the H200: the tiles that won or came close at some shape
 SHARED_BUDGET = 180 * 1024  # of Hopper's 227 KiB per block, leaving room for what the estimate omits
 WS_BUDGET = 220 * 1024  # the TMA kernel's estimate is close to what it allocates
@@ -53,7 +57,8 @@ def fits(kind: str, tile: Tile, block_d: int, element_size: int) -> bool:
     check): the rows a program keeps, plus ``stages - 1`` buffers of the two tiles it streams (K and V,
     or Q and dO); the TMA kernel buffers every stage and stages P for the second dot (197112 B
     allocated at 128x128/s2, head_dim 128, bf16, against 196608 estimated)."""
-    kept, streamed = (tile.block_n, tile.block_m) if kind == "bwd_dkdv" else (tile.block_m, tile.block_n)
+    keys_kept = kind in ("bwd_dkdv", "bwd_one_pass")
+    kept, streamed = (tile.block_n, tile.block_m) if keys_kept else (tile.block_m, tile.block_n)
     if tile.ws:
         need = (kept + tile.stages * 2 * streamed) * block_d + tile.block_m * tile.block_n
         return need * element_size <= WS_BUDGET
@@ -270,16 +275,19 @@ def _bwd_delta_kernel(o_ptr, do_ptr, delta_ptr,
 
 @_jit
 def _flash_bwd_dkdv_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_dom, stride_dod,
     n_heads, seq_q, seq_k, sm_scale, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ADD_DQ: tl.constexpr,
 ):
-    # One program owns BLOCK_N keys and walks every query tile that can see them (no atomics).
+    # One program owns BLOCK_N keys and walks every query tile that can see them. ADD_DQ (the one-pass
+    # backward, FlashAttention-2/3's scheme): it also adds each query tile's share of dQ, dS K, to an fp32
+    # (batch * heads, seq_q, BLOCK_D) buffer with atomics, so no second kernel recomputes P and dP for
+    # dQ (5 matmuls per tile pair instead of 7); the order of those additions varies from run to run.
     start_n, bh = _tile_and_head(seq_k, BLOCK_N)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
@@ -317,6 +325,10 @@ def _flash_bwd_dkdv_kernel(
         dp_t = tl.dot(v, tl.trans(do))
         ds_t = p_t * (dp_t - delta[None, :])
         dk = tl.dot(ds_t.to(q.dtype), q, dk)
+        if ADD_DQ:
+            dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k)  # (BLOCK_M, BLOCK_D); scaled once, after all adds
+            tl.atomic_add(dq_acc_ptr + (row_base + rows[:, None]) * BLOCK_D + offs_d[None, :], dq,
+                          mask=row_mask[:, None], sem="relaxed")
     dk = dk * sm_scale
 
     tl.store(dk_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
@@ -482,9 +494,20 @@ def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float):
     numbers = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), heads, seq_q, seq_k, sm_scale, sm_scale * LOG2E)
     consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal)
 
+    if backward_kind() == "one_pass":
+        def run_one_pass(tile: Tile):
+            dq_acc.zero_()  # in the timed call too: tuning runs it more than once
+            _launch(_flash_bwd_dkdv_kernel, _cdiv(seq_k, tile.block_n) * batch * heads,
+                    (q, k, v, do, lse, delta, dk, dv, dq_acc), numbers, {**consts, "ADD_DQ": True}, tile)
+
+        dq_acc = torch.empty((batch, heads, seq_q, block_d), dtype=torch.float32, device=q.device)
+        run_one_pass(_tile("bwd_one_pass", q, seq_q, seq_k, block_d, causal, run_one_pass))
+        dq.copy_(dq_acc[..., :head_dim].mul_(sm_scale))
+        return dq, dk, dv
+
     def run_dkdv(tile: Tile):
         _launch(_flash_bwd_dkdv_kernel, _cdiv(seq_k, tile.block_n) * batch * heads,
-                (q, k, v, do, lse, delta, dk, dv), numbers, consts, tile)
+                (q, k, v, do, lse, delta, dk, dv, dk), numbers, {**consts, "ADD_DQ": False}, tile)
 
     def run_dq(tile: Tile):
         _launch(_flash_bwd_dq_kernel, _cdiv(seq_q, tile.block_m) * batch * heads,
@@ -493,6 +516,20 @@ def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float):
     run_dkdv(_tile("bwd_dkdv", q, seq_q, seq_k, block_d, causal, run_dkdv))
     run_dq(_tile("bwd_dq", q, seq_q, seq_k, block_d, causal, run_dq))
     return dq, dk, dv
+
+
+BACKWARD_ENV = "KERNELS_FLASH_BACKWARD"
+BACKWARDS = ("two_pass", "one_pass")
+
+
+def backward_kind() -> str:
+    """Which backward runs (``KERNELS_FLASH_BACKWARD``, read at each call): 'two_pass' (the default;
+    deterministic: a dK/dV kernel and a dQ kernel, each owning what it writes) or 'one_pass' (one kernel
+    adds dQ with fp32 atomics: two fewer matmuls per tile pair, bits that vary from run to run)."""
+    kind = os.environ.get(BACKWARD_ENV, "two_pass")
+    if kind not in BACKWARDS:
+        raise ValueError(f"{BACKWARD_ENV} must be one of {', '.join(BACKWARDS)}, got {kind!r}")
+    return kind
 
 
 class _FlashAttention(torch.autograd.Function):

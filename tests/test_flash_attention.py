@@ -131,3 +131,37 @@ def test_nan_and_inf_propagate_in_kernel_and_reference_as_in_sdpa(case, causal):
             with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
                 sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
             torch.testing.assert_close(ref, sdpa, atol=1e-5, rtol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("sq, sk, d, strided", [(113, 203, 64, False), (203, 113, 40, False), (1, 70, 16, False),
+                                                (45, 77, 32, True)])
+def test_one_pass_backward_meets_the_rule_and_matches_the_two_pass_one(sq, sk, d, strided, causal, monkeypatch):
+    """KERNELS_FLASH_BACKWARD=one_pass: dQ added by atomics from the dk/dv kernel. Same rule as the
+    default backward, and the same gradients up to the order of fp32 additions."""
+    q, k, v = qkv(1, 2, sq, sk, d, torch.float16, strided)
+    do = randn(*q.shape, dtype=torch.float16, seed=9)
+    two_pass = torch.autograd.grad(flash_attention(q, k, v, causal=causal), (q, k, v), do)
+    monkeypatch.setenv("KERNELS_FLASH_BACKWARD", "one_pass")
+    check(q, k, v, causal, torch.float16)
+    one_pass = torch.autograd.grad(flash_attention(q, k, v, causal=causal), (q, k, v), do)
+    from kernels import tiles_in_use
+    assert tiles_in_use()["bwd_one_pass"]  # it ran
+    for name, a, b in zip(("dq", "dk", "dv"), one_pass, two_pass):
+        torch.testing.assert_close(a, b, atol=2e-3, rtol=0, msg=name)
+
+
+def test_an_unknown_backward_is_refused_naming_the_variable(monkeypatch):
+    q, k, v = qkv(1, 1, 8, 8, 16, torch.float32)
+    monkeypatch.setenv("KERNELS_FLASH_BACKWARD", "three_pass")
+    with pytest.raises(ValueError, match="KERNELS_FLASH_BACKWARD"):
+        flash_attention(q, k, v).sum().backward()
+
+
+def test_the_flex_attention_peer_computes_the_same_attention():
+    """The performance experiment's FlexAttention provider (compiled once, causal by a block mask)."""
+    from lab.units.flash_attention import _flex
+
+    q, k, v = [randn(1, 2, 128, 16, dtype=torch.float32, seed=i) for i in range(3)]
+    out = _flex(q, k, v, True)()
+    torch.testing.assert_close(out, flash_attention_ref(q, k, v, causal=True), atol=1e-5, rtol=0)

@@ -7,38 +7,41 @@ from kernels import _flash_attention as fa
 from lab.sm90 import shared_memory_bytes
 
 HOPPER_SHARED_PER_BLOCK = 232448  # max shared memory per block (opt-in) on H100/H200
-STORE_LSE = {"fwd": {"STORE_LSE": True}, "bwd_dkdv": {}, "bwd_dq": {}}  # the forward that a backward follows
+# the forward that a backward follows; the dk/dv kernel with and without the one-pass backward's dQ
+CONSTS = {"fwd": {"STORE_LSE": True}, "bwd_dkdv": {"ADD_DQ": False}, "bwd_dq": {}, "bwd_one_pass": {"ADD_DQ": True}}
 ELT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
 def arg_types(kernel: str, n_ptr: int, elt: str) -> dict:
     """Pointers first (the softmax statistics are fp32), then the scales as fp32, the rest i32."""
     names = [n for n in getattr(fa, kernel).arg_names if not n.isupper()]
-    return {n: ("*fp32" if n in ("lse_ptr", "delta_ptr") else f"*{elt}") if i < n_ptr
+    return {n: ("*fp32" if n in ("lse_ptr", "delta_ptr", "dq_acc_ptr") else f"*{elt}") if i < n_ptr
             else ("fp32" if "scale" in n else "i32") for i, n in enumerate(names)}
 
 
 @pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 128), (torch.float16, 64), (torch.float32, 256)])
 @pytest.mark.parametrize("kernel, n_ptr, kind", [("_flash_fwd_kernel", 5, "fwd"),
-                                                 ("_flash_bwd_dkdv_kernel", 8, "bwd_dkdv"),
-                                                 ("_flash_bwd_dq_kernel", 7, "bwd_dq")])
+                                                 ("_flash_bwd_dkdv_kernel", 9, "bwd_dkdv"),
+                                                 ("_flash_bwd_dq_kernel", 7, "bwd_dq"),
+                                                 ("_flash_bwd_dkdv_kernel", 9, "bwd_one_pass")])
 def test_flash_first_fitting_tile_compiles_and_fits(kernel, n_ptr, kind, dtype, head_dim):
     """The first candidate that fits is what runs untuned (correctness jobs, CUDA graph capture)."""
     tile = fa.candidates(kind, head_dim, torch.empty(0, dtype=dtype).element_size(), interpreter=False)[0]
     shared = shared_memory_bytes("kernels._flash_attention", kernel, arg_types(kernel, n_ptr, ELT[dtype]),
-                                 dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, **STORE_LSE[kind],
+                                 dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, **CONSTS[kind],
                                       BLOCK_M=tile.block_m, BLOCK_N=tile.block_n), tile.warps, tile.stages)
     assert 0 < shared <= HOPPER_SHARED_PER_BLOCK
 
 
 @pytest.mark.parametrize("kernel, n_ptr, kind", [("_flash_fwd_kernel", 5, "fwd"),
-                                                 ("_flash_bwd_dkdv_kernel", 8, "bwd_dkdv"),
-                                                 ("_flash_bwd_dq_kernel", 7, "bwd_dq")])
+                                                 ("_flash_bwd_dkdv_kernel", 9, "bwd_dkdv"),
+                                                 ("_flash_bwd_dq_kernel", 7, "bwd_dq"),
+                                                 ("_flash_bwd_dkdv_kernel", 9, "bwd_one_pass")])
 def test_every_candidate_tile_that_fits_by_estimate_really_fits(kernel, n_ptr, kind):
     """fits() is an estimate; at bf16 D=128 each tile it admits must compile within Hopper's limit."""
     for tile in fa.candidates(kind, 128, 2, interpreter=False):
         shared = shared_memory_bytes("kernels._flash_attention", kernel, arg_types(kernel, n_ptr, "bf16"),
-                                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, **STORE_LSE[kind],
+                                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, **CONSTS[kind],
                                           BLOCK_M=tile.block_m, BLOCK_N=tile.block_n), tile.warps, tile.stages)
         assert shared <= HOPPER_SHARED_PER_BLOCK, f"{kind} {tile}: {shared} B"
 

@@ -4,7 +4,7 @@ state are all shared): every call finishes and every result is right."""
 import threading
 
 import torch
-from conftest import randn
+from conftest import ON_GPU, randn
 
 import kernels
 
@@ -48,4 +48,6 @@ def test_four_threads_with_different_shapes_get_right_results(fresh_tiles):
     assert sorted(results) == [0, 1, 2, 3]
     for seed, checks in results.items():
         for what, got, want in checks:
-            torch.testing.assert_close(got, want.to(got.dtype), atol=1e-4, rtol=1e-4, msg=f"thread {seed}: {what}")
+            tf32 = ON_GPU and "attention" in what  # fp32 dots run in TF32 on the GPU (10-bit mantissa)
+            tol = 1e-2 if tf32 else 1e-4
+            torch.testing.assert_close(got, want.to(got.dtype), atol=tol, rtol=tol, msg=f"thread {seed}: {what}")

@@ -283,7 +283,10 @@ def performance(s: dict) -> list[dict]:
     time recorded), the per-call host cost, and the cost of a call at a length not seen before."""
     if not is_gpu():
         return [needs_gpu("timing flash_attention")]
-    with _fresh_tiles() as choices:
+    # FlexAttention compiles once per shape and grad mode: past Dynamo's recompile limit (8) it would
+    # fall back to running flex_attention eagerly, which is slow and not what a user gets
+    limit = 4 * len(s["head_dims"]) * len(s["flex_lengths"]) + 8
+    with _fresh_tiles() as choices, torch._dynamo.config.patch(recompile_limit=limit):
         rows = _throughput(s, choices) + _launch_floor(s)
     with _fresh_tiles():
         return rows + _first_call(s)
