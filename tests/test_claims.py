@@ -833,3 +833,10 @@ def test_every_claim_of_the_writeup_has_a_check_and_thresholds_live_in_claims_ya
     for name, source in sources.items():
         for number in ("0.01", "0.0001", "1e-4", "10240", "0.00978"):  # thresholds and said values: claims.yaml only
             assert number not in source, (name, number)
+
+
+def test_settle_an_unreadable_table_is_not_settled_saying_why():
+    why = "results/x/softmax/bug.parquet cannot be read as a table (ArrowInvalid: Parquet magic bytes not found)"
+    out = claims.settle(CLAIMS_LIST, {}, {"softmax/bug": why}).set_index("id")
+    assert out.loc[6, "verdict"] == NOT_SETTLED and out.loc[6, "measured"] == f"not settled: unreadable: {why}"
+    assert "unreadable" not in out.loc[1, "measured"]  # a claim that needs other tables says only they are missing

@@ -43,3 +43,26 @@ def test_a_failed_table_is_stale(run):
     t = run / "vector_add/mask.parquet"
     pd.read_parquet(t).assign(fingerprint="failed").to_parquet(t)
     assert dict(status.check(run, CONFIG))["vector_add/mask"].startswith("stale: the experiment failed")
+
+
+BROKEN = {  # what a table may be instead of parquet
+    "truncated": lambda path: path.write_bytes(path.read_bytes()[:100]),
+    "empty": lambda path: path.write_bytes(b""),
+    "not parquet": lambda path: path.write_text("a,b\n1,2\n"),
+    "a directory": lambda path: (path.unlink(), path.mkdir()),
+}
+
+
+@pytest.mark.parametrize("how", BROKEN)
+def test_an_unreadable_table_is_named_and_nothing_else_breaks(run, how, capsys):
+    from lab import runs
+
+    path = run / "softmax/bug.parquet"
+    BROKEN[how](path)
+    rec = runs.recorded(path)
+    assert rec["fingerprint"] is None and str(path) in rec["unreadable"] and "cannot be read" in rec["unreadable"]
+    assert runs.recorded(run / "softmax/wide.parquet")["unreadable"] is None
+    assert runs.owners(run) == {("NVIDIA H200", "gpu")}  # the readable tables still say whose run it is
+    assert status.main([str(run), "--configfile", str(ROOT / "tests/tiny_config.yaml")]) == 1
+    out = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines()[:-1])
+    assert out["softmax/bug"].startswith("unreadable: ") and out["softmax/wide"].strip() == "current"

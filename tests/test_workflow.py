@@ -402,3 +402,30 @@ def test_two_runs_at_once_write_only_their_own_results(project):
     assert [p.returncode for p in procs] == [0, 0], outs
     for name in ("left", "right"):
         assert sorted(p.name for p in (project / "results" / name).rglob("*.parquet")) == ["bug.parquet"]
+
+
+def test_an_unreadable_table_is_named_and_made_again_and_blocks_no_plan(project):
+    """A truncated table in this machine's run: the plan names it and reruns it (and only it, with what
+    reads it); afterwards everything is current again."""
+    bug = project / "results/tiny/softmax/bug.parquet"
+    bug.write_bytes(bug.read_bytes()[:100])
+    done = smk(project, "-n")
+    assert f"{bug.relative_to(project)} cannot be read as a table" in done.stderr and "it is made again" in done.stderr
+    assert {r: n for r, n in job_stats(done.stdout).items() if r in EXPERIMENT_RULES} == {"softmax": 1}
+    smk(project, "--cores", "2")
+    assert planned(project) == {}
+
+
+def test_an_unreadable_table_of_another_machine_leaves_its_claims_not_settled(project, tmp_path):
+    """A copy of the committed GPU run with one table cut short: this machine cannot remake it, so the
+    plan says so, draws none of its figures, and still builds the report."""
+    run = project / "results/h200copy"
+    for table in (ROOT / "results/nvidia-h200").glob("*/*.parquet"):
+        (run / table.parent.name).mkdir(parents=True, exist_ok=True)
+        (run / table.parent.name / table.name).write_bytes(table.read_bytes())
+    bug = run / "softmax/bug.parquet"
+    bug.write_bytes(bug.read_bytes()[:100])
+    done = smk(project, "-n", "--config", "run=h200copy")
+    assert "softmax/bug.parquet cannot be read as a table" in done.stderr and "not settled" in done.stderr
+    plan = job_stats(done.stdout)
+    assert plan.get("report") == 1 and "figure_softmax_bug" not in plan and not set(plan) & EXPERIMENT_RULES

@@ -100,15 +100,20 @@ def check_probes(claims: list[dict], config: dict) -> None:
                                       f"(\"{c['claim']}\") is settled there")
 
 
-def settle(claims: list[dict], tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+def settle(claims: list[dict], tables: dict[str, pd.DataFrame], unreadable: dict[str, str] | None = None) -> pd.DataFrame:
+    """Each claim's measured value and verdict from ``tables``; ``unreadable``: {table: why} for the run's
+    tables that could not be read (a claim that needs one is not settled, and says why)."""
     check_declarations(claims)
+    unreadable = unreadable or {}
     rows = []
     for c in claims:
         check = units.checks()[c["id"]]
         missing = [k for k in check.tables if k not in tables]
         failed = {k: tables[k] for k in check.tables if k in tables and summary.failed(tables[k])}
         if missing:
-            measured, verdict = "; ".join(f"not settled: {k} missing (not in this run)" for k in missing), NOT_SETTLED
+            measured = "; ".join(f"not settled: unreadable: {unreadable[k]}" if k in unreadable
+                                 else f"not settled: {k} missing (not in this run)" for k in missing)
+            verdict = NOT_SETTLED
         elif failed:
             measured = "; ".join(f"not settled: the {k} job failed ({first_line(d['error'].iloc[0])})"
                                  for k, d in failed.items())

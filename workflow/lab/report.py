@@ -110,10 +110,13 @@ def _schedule(run_dir: Path) -> str:
 
 
 def build(tables: dict[str, pd.DataFrame], claims_path: str, figures: list[str], out_path: str,
-          html_path: str | None = None) -> pd.DataFrame:
+          html_path: str | None = None, unreadable: dict[str, str] | None = None) -> pd.DataFrame:
+    """The report from ``tables``; ``unreadable`` names the run's tables that could not be read, and why
+    (the claims and sections that need one say so)."""
+    unreadable = unreadable or {}
     with open(claims_path) as fh:
         claims = yaml.safe_load(fh)
-    verdicts = claims_mod.settle(claims, tables)
+    verdicts = claims_mod.settle(claims, tables, unreadable)
     fig_dir = os.path.relpath(os.path.dirname(figures[0]), os.path.dirname(out_path)) if figures else "figures"
     drawn = {Path(f).stem for f in figures}
     table = verdicts.assign(
@@ -134,7 +137,8 @@ def build(tables: dict[str, pd.DataFrame], claims_path: str, figures: list[str],
         "## By kernel\n\n" + _sections(tables),
         "## Figures\n\n" + "\n\n".join(f"### {Path(f).stem}\n\n![{Path(f).stem}]({fig_dir}/{Path(f).name})\n\n"
                                           f"{caption(Path(f).stem)}" for f in figures),
-        "## Tables\n\n" + "\n".join(f"- `{k}.parquet`: {len(v)} rows" for k, v in sorted(tables.items())),
+        "## Tables\n\n" + "\n".join(f"- `{k}.parquet`: {len(v)} rows" for k, v in sorted(tables.items()))
+        + "".join(f"\n- `{k}.parquet`: not read: {why}" for k, why in sorted(unreadable.items())),
     ]
     with atomic_path(out_path) as tmp:
         tmp.write_text("\n\n".join(parts) + "\n")

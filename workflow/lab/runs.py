@@ -11,17 +11,24 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
+from .table import UNREADABLE, why_unreadable
+
 RECORDED = ("device", "backend", "fingerprint", "config_hash", "code_hash", "git_commit", "rerun_marker")
 
 
 def recorded(table: str | Path) -> dict | None:
-    """The origin a table recorded (its first row; every row carries the same), or None if absent."""
+    """The origin a table recorded (its first row; every row carries the same), or None if absent. A
+    file that is there but cannot be read (truncated, empty, not parquet, a directory) records nothing:
+    every field None, and ``unreadable`` says why (it is None for a readable table)."""
     table = Path(table)
-    if not table.is_file():
+    if not table.exists():
         return None
-    names = set(pq.read_schema(table).names)
-    first = pq.read_table(table, columns=[c for c in RECORDED if c in names]).slice(0, 1).to_pylist()
-    return {c: (first[0].get(c) if first else None) for c in RECORDED}
+    try:
+        names = set(pq.read_schema(table).names)
+        first = pq.read_table(table, columns=[c for c in RECORDED if c in names]).slice(0, 1).to_pylist()
+    except UNREADABLE as e:
+        return {**dict.fromkeys(RECORDED), "unreadable": why_unreadable(table, e)}
+    return {**{c: (first[0].get(c) if first else None) for c in RECORDED}, "unreadable": None}
 
 
 def owners(run_dir: str | Path) -> set[tuple[str, str]]:
@@ -59,8 +66,11 @@ def schedule(run_dir: str | Path) -> pd.DataFrame:
     jobs = []
     for path in sorted(Path(run_dir).glob("*/*.parquet")):
         key = f"{path.parent.name}/{path.stem}"
-        cols = [c for c in ("gpu_uuid", "job_start", "timestamp") if c in pq.read_schema(path).names]
-        first = pq.read_table(path, columns=cols).slice(0, 1).to_pylist()[0]
+        try:
+            cols = [c for c in ("gpu_uuid", "job_start", "timestamp") if c in pq.read_schema(path).names]
+            first = pq.read_table(path, columns=cols).slice(0, 1).to_pylist()[0]
+        except UNREADABLE:  # named where the report lists its tables
+            continue
         jobs.append({"table": key, "gpu": first.get("gpu_uuid", ""), "start": first.get("job_start"),
                      "end": first.get("timestamp"), "timing": timing.get(key, False)})
     df = pd.DataFrame(jobs)

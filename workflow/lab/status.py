@@ -41,6 +41,8 @@ def check(run_dir: Path, config: dict) -> list[tuple[str, str]]:
         rec = runs.recorded(run_dir / f"{key}.parquet")
         if rec is None:
             state = "missing"
+        elif rec["unreadable"]:
+            state = f"unreadable: {rec['unreadable']}"
         elif rec["fingerprint"] == "failed":
             state = "stale: the experiment failed (its table records the error)"
         else:

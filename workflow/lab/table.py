@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 
 from .provenance import COLUMNS as PROVENANCE
 
@@ -79,6 +80,27 @@ def key_of(input_name: str) -> str:
     return input_name.replace("__", "/")
 
 
+# What reading a table that is not one raises: truncated, empty or not parquet (pyarrow's ArrowInvalid),
+# a directory or a file that cannot be opened (OSError).
+UNREADABLE = (pa.ArrowException, OSError)
+
+
 def read(paths) -> pd.DataFrame:
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
+
+
+def read_each(named: dict) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
+    """{key: path} -> ({key: table}, {key: why it cannot be read}): one bad file costs only itself."""
+    tables, unreadable = {}, {}
+    for key, path in named.items():
+        try:
+            tables[key] = read(path)
+        except UNREADABLE as e:
+            unreadable[key] = why_unreadable(path, e)
+    return tables, unreadable
+
+
+def why_unreadable(path, error: Exception) -> str:
+    said = (str(error).strip().splitlines() or [""])[0][:200]
+    return f"{path} cannot be read as a table ({type(error).__name__}: {said})"

@@ -78,10 +78,17 @@ if len(_MADE_ON) > 1 and not config["overwrite_foreign_run"]:
                         "machine's tables only: " + "; ".join(f"{m}: {', '.join(t)}" for m, t in _MADE_ON.items())
                         + ". Move the tables that do not belong there out of the folder.")
 STALE, OUTDATED_FOREIGN = {}, []  # STALE: key -> the marker its job waits for
+UNREADABLE = {}  # key -> why its table cannot be read: rerun in this machine's run, not settled in another's
 for _key in EXPERIMENTS:
     _rec = runs.recorded(table(_key))
     if _rec is None:
         continue
+    if _rec["unreadable"]:
+        UNREADABLE[_key] = _rec["unreadable"]
+        print(f"Note: {_rec['unreadable']}: " + ("it is made again." if OWN_RUN else "only the machine that made "
+              "this run can make it again; the claims and figures that need it are not settled."), file=sys.stderr)
+        if not OWN_RUN:
+            continue
     if OWN_RUN and _rec["fingerprint"] != FINGERPRINT[_key]:
         # Named after the fingerprint wanted and this very file (its date, read, not changed), so that no
         # earlier marker (Snakemake skips a temp input it already made and removed) can stand for it.
@@ -129,7 +136,8 @@ with open(os.path.join(ROOT, "workflow/claims.yaml")) as _fh:
     CLAIMS = yaml.safe_load(_fh)
 claims.check_declarations(CLAIMS, units.figures())
 claims.check_probes(CLAIMS, config)
-DRAWN = units.drawable(EXPERIMENTS)
+DRAWN = {name: fig for name, fig in units.drawable(EXPERIMENTS).items()
+         if OWN_RUN or not set(fig.tables) & set(UNREADABLE)}  # a foreign run's unreadable table draws nothing
 
 
 def compared_tables(wildcards):

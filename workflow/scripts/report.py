@@ -2,10 +2,11 @@
 import sys
 
 from lab import report
-from lab.table import key_of, read
+from lab.table import key_of, read_each
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)
 sys.stdout = sys.stderr = open(smk.log[0], "w")
-tables = {key_of(name): read(path) for name, path in smk.input.items() if "__" in name}
-verdicts = report.build(tables, smk.input.claims, list(smk.input.figures), smk.output.markdown, smk.output.html)
+tables, unreadable = read_each({key_of(name): path for name, path in smk.input.items() if "__" in name})
+verdicts = report.build(tables, smk.input.claims, list(smk.input.figures), smk.output.markdown, smk.output.html,
+                        unreadable)
 print(verdicts[["id", "verdict"]].to_string(index=False))
