@@ -429,3 +429,30 @@ def test_an_unreadable_table_of_another_machine_leaves_its_claims_not_settled(pr
     assert "softmax/bug.parquet cannot be read as a table" in done.stderr and "not settled" in done.stderr
     plan = job_stats(done.stdout)
     assert plan.get("report") == 1 and "figure_softmax_bug" not in plan and not set(plan) & EXPERIMENT_RULES
+
+
+DYING_BUG = b'''
+
+@experiment()
+def bug(s: dict) -> list[dict]:  # injected by a test: this experiment's process dies by a fault
+    import os, signal
+    os.kill(os.getpid(), signal.SIGSEGV)
+'''
+
+
+def test_an_experiment_that_dies_by_a_signal_leaves_a_failed_table_and_the_run_goes_on(project):
+    tiny = project / "results/tiny"
+    unit = project / "workflow/lab/units/softmax.py"
+    original = unit.read_bytes()
+    unit.write_bytes(original + DYING_BUG)
+    try:
+        done = smk(project, "--cores", "2", "results/tiny/report.md")
+    finally:
+        unit.write_bytes(original)
+    assert "1 experiment(s) failed: softmax/bug" in done.stderr
+    bug = pd.read_parquet(tiny / "softmax/bug.parquet")
+    assert list(bug["status"]) == ["failed"] and "died by SIGSEGV" in bug["error"].iloc[0]
+    assert "DIED by SIGSEGV" in (tiny / "logs/softmax/bug.log").read_text()
+    assert report_rows(project)[6][4].strip() == "not settled"
+    smk(project, "--cores", "2")  # retried, and then all is as before
+    assert report_rows(project)[6][4].strip() == "reproduced"

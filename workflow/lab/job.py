@@ -8,9 +8,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import subprocess
 import sys
 
-from . import runner
+from . import provenance, runner
+
+CHILD = "LAB_JOB_CHILD"  # set in the child process that runs the experiment itself
 
 
 def export_environment(overwrite_foreign: bool) -> None:
@@ -21,6 +25,7 @@ def export_environment(overwrite_foreign: bool) -> None:
 
 
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
     ap = argparse.ArgumentParser(prog="python -m lab.job", description=__doc__.split("\n\n")[0])
     ap.add_argument("experiment", help="kernel/experiment, e.g. softmax/bug")
     ap.add_argument("output", help="the parquet table to write")
@@ -29,8 +34,32 @@ def main(argv=None) -> None:
     ap.add_argument("--code", required=True, help="content hash of the source files it runs")
     ap.add_argument("--rerun-marker", default="", help="the stale marker the job waited for, if any (recorded)")
     args = ap.parse_args(argv)
-    runner.run(args.experiment, args.settings, args.software, args.code, args.output,
-               overwrite_foreign=os.environ.get("LAB_OVERWRITE_FOREIGN_RUN") == "1", rerun_marker=args.rerun_marker)
+    if os.environ.get(CHILD) == "1":
+        runner.run(args.experiment, args.settings, args.software, args.code, args.output,
+                   overwrite_foreign=os.environ.get("LAB_OVERWRITE_FOREIGN_RUN") == "1", rerun_marker=args.rerun_marker)
+        return
+    # The experiment runs in a child process: if a fault kills it (a segfault, a GPU error that aborts),
+    # this process still records the death as the experiment's failed table, as runner.run records an
+    # exception, and the other jobs go on. A refusal (exit status > 0, e.g. another machine's run) stays
+    # the job's failure, with no table. A signal sent to the job is passed on and ends it unrecorded.
+    started = provenance.now()
+    child = subprocess.Popen([sys.executable, "-m", "lab.job", *argv], env={**os.environ, CHILD: "1"})
+    sent = []
+
+    def pass_on(signum, frame):
+        sent.append(signum)
+        child.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, pass_on)
+    status = child.wait()
+    if sent:
+        sys.exit(128 + sent[0])
+    if status < 0:
+        runner.record_death(args.experiment, args.settings, args.software, args.code, args.output, -status,
+                            started, rerun_marker=args.rerun_marker)
+    elif status > 0:
+        sys.exit(status)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ job's params); nothing here reads the workflow's config.
 from __future__ import annotations
 
 import os
+import signal
 import time
 import traceback
 from pathlib import Path
@@ -59,3 +60,21 @@ def run(key: str, settings: dict, software: dict, code_hash: str, output: str, o
     df = table.to_frame(rows, exp.kernel, exp.name, origin)
     table.write_parquet(df, output)
     print(f"[{key}] {len(df)} rows in {time.perf_counter() - start:.1f} s -> {output}", flush=True)
+
+
+def record_death(key: str, settings: dict, software: dict, code_hash: str, output: str, signum: int, started: str,
+                 rerun_marker: str = "") -> None:
+    """Write the failed table of experiment ``key``, whose process died by signal ``signum``."""
+    from . import provenance, table
+    from .units import registry
+
+    exp = registry()[key]
+    name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f"signal {signum}"
+    error = (f"the experiment's process died by {name} (a fault: a segfault, or an error that aborted the "
+             f"process, such as a GPU fault); its log has what it printed before")
+    origin = {**software, **provenance.job_context(software["backend"]), "job_start": started,
+              "config_hash": provenance.digest(settings), "code_hash": code_hash, "fingerprint": "failed",
+              "rerun_marker": rerun_marker}
+    df = table.to_frame([table.row("not_measured", None, status="failed", error=error)], exp.kernel, exp.name, origin)
+    table.write_parquet(df, output)
+    print(f"[{key}] DIED by {name}; recorded as a failed table, retried on the next run", flush=True)
