@@ -3,9 +3,18 @@
 #   snakemake --cores all                           everything, on a GPU or in Triton's interpreter
 #   snakemake --cores 1 report --forcerun report    the report alone, from existing tables
 #   snakemake --cores 1 results/compare/A_vs_B.md   two runs side by side
+import os
+
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version
 
 min_version("9.0")
+
+# Every path of the pipeline (config.yaml, kernels/, workflow/, results/) is relative to this folder.
+if os.path.realpath(workflow.basedir) != os.path.realpath(os.getcwd()):
+    raise WorkflowError(f"run snakemake in the project's folder ({workflow.basedir}), not in {os.getcwd()}: "
+                        "its paths are relative to it, so -s/-d pointing elsewhere are not supported "
+                        "(use --config run=NAME for a run of your own)")
 
 
 configfile: "config.yaml"

@@ -648,7 +648,7 @@ def tune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
 
 
 def pin(**tiles: str | None) -> None:
-    """Run the named kernels (fwd, bwd_dkdv, bwd_dq) with these tiles ('128x64/w8/s3': BLOCK_M x BLOCK_N
+    """Run the named kernels (fwd, bwd_dkdv, bwd_dq, bwd_one_pass) with these tiles ('128x64/w8/s3': BLOCK_M x BLOCK_N
     / warps / stages, '/ws' for the forward's warp-specialized TMA kernel) in every bucket, never tuning
     them; None unpins one, ``pin()`` unpins all."""
     for kind, text in tiles.items():

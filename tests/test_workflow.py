@@ -456,3 +456,9 @@ def test_an_experiment_that_dies_by_a_signal_leaves_a_failed_table_and_the_run_g
     assert report_rows(project)[6][4].strip() == "not settled"
     smk(project, "--cores", "2")  # retried, and then all is as before
     assert report_rows(project)[6][4].strip() == "reproduced"
+
+
+def test_a_run_from_another_folder_is_refused_saying_where_to_run(project, tmp_path):
+    done = subprocess.run([*SNAKEMAKE, "-n", "-s", str(project / "Snakefile")], cwd=tmp_path,
+                          env=runs_in(project), capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and f"run snakemake in the project's folder ({project})" in done.stdout + done.stderr
