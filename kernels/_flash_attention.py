@@ -638,13 +638,15 @@ def _repeats_memory(t: torch.Tensor) -> bool:
 def tune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, backward: bool = True) -> dict[str, str]:
     """Choose the tiles for the bucket of these shapes now (tuning if no process has yet), outside any
     training step or CUDA graph capture; the choice is cached in memory and in ``KERNELS_TILE_CACHE``.
-    Returns the tile of each kernel, as tiles_in_use() does."""
+    Returns the tile of each kernel that ran, as tiles_in_use() gives it."""
     q, k, v = (t.detach().requires_grad_(backward) for t in (q, k, v))
     with torch.enable_grad():
         out = flash_attention(q, k, v, causal=causal)
         if backward:
             out.backward(torch.ones_like(out))
-    return tiles_in_use() if backward else {"fwd": tiles_in_use()["fwd"]}
+    backward_kernels = ("bwd_one_pass",) if backward_kind() == "one_pass" else ("bwd_dkdv", "bwd_dq")
+    ran = ("fwd", *backward_kernels) if backward else ("fwd",)
+    return {kind: tile for kind, tile in tiles_in_use().items() if kind in ran}
 
 
 def pin(**tiles: str | None) -> None:
