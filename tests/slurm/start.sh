@@ -6,7 +6,9 @@
 set -euo pipefail
 [ "$(id -u)" = 0 ] || { echo "start.sh needs root (it installs and starts system daemons)" >&2; exit 2; }
 
-if sinfo -h -o %T 2>/dev/null | grep -qx idle; then echo "slurm: already up"; exit 0; fi
+# Up means the node is idle and accounting answers (a cluster whose database died looks idle, but
+# Snakemake's SLURM executor then never learns that its jobs ended).
+if sinfo -h -o %T 2>/dev/null | grep -qx idle && sacct -n -X >/dev/null 2>&1; then echo "slurm: already up"; exit 0; fi
 
 if ! command -v slurmctld >/dev/null || ! command -v slurmdbd >/dev/null || ! command -v mariadbd >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
