@@ -55,26 +55,35 @@ def run(key: str, settings: dict, software: dict, code_hash: str, output: str, o
         rows = [table.row("not_measured", None, status="failed", error=f"{type(e).__name__}: {e}"[:2000])]
         fingerprint = "failed"  # matches no plan: the next run retries it
         print(f"[{key}] FAILED; recorded as a failed table, retried on the next run", flush=True)
-    origin = {**here, **provenance.job_context(backend), "job_start": started, "config_hash": provenance.digest(settings),
-              "code_hash": code_hash, "fingerprint": fingerprint, "rerun_marker": rerun_marker}
+    df = _write(exp, rows, here, started, settings, code_hash, fingerprint, rerun_marker, output)
+    print(f"[{key}] {len(df)} rows in {time.perf_counter() - start:.1f} s -> {output}", flush=True)
+
+
+def _write(exp, rows: list[dict], software: dict, started: str, settings: dict, code_hash: str, fingerprint: str,
+           rerun_marker: str, output: str):
+    """The experiment's table: its rows and their origin (the software, the job, the hashes), written atomically."""
+    from . import provenance, table
+
+    origin = {**software, **provenance.job_context(software["backend"]), "job_start": started,
+              "config_hash": provenance.digest(settings), "code_hash": code_hash, "fingerprint": fingerprint,
+              "rerun_marker": rerun_marker}
     df = table.to_frame(rows, exp.kernel, exp.name, origin)
     table.write_parquet(df, output)
-    print(f"[{key}] {len(df)} rows in {time.perf_counter() - start:.1f} s -> {output}", flush=True)
+    return df
 
 
 def record_death(key: str, settings: dict, software: dict, code_hash: str, output: str, signum: int, started: str,
                  rerun_marker: str = "") -> None:
     """Write the failed table of experiment ``key``, whose process died by signal ``signum``."""
-    from . import provenance, table
+    from . import table
     from .units import registry
 
-    exp = registry()[key]
-    name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f"signal {signum}"
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:  # a number no signal of this platform has
+        name = f"signal {signum}"
     error = (f"the experiment's process died by {name} (a fault: a segfault, or an error that aborted the "
              f"process, such as a GPU fault); its log has what it printed before")
-    origin = {**software, **provenance.job_context(software["backend"]), "job_start": started,
-              "config_hash": provenance.digest(settings), "code_hash": code_hash, "fingerprint": "failed",
-              "rerun_marker": rerun_marker}
-    df = table.to_frame([table.row("not_measured", None, status="failed", error=error)], exp.kernel, exp.name, origin)
-    table.write_parquet(df, output)
+    rows = [table.row("not_measured", None, status="failed", error=error)]
+    _write(registry()[key], rows, software, started, settings, code_hash, "failed", rerun_marker, output)
     print(f"[{key}] DIED by {name}; recorded as a failed table, retried on the next run", flush=True)
