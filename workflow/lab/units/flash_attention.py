@@ -241,6 +241,7 @@ def _causal_mask_mod(b, h, q_idx, kv_idx):  # square problems here: bottom-right
 
 
 def _seconds(fn) -> float:
+    """Wall seconds of one call of fn, to its result on the GPU."""
     torch.cuda.synchronize()
     start = time.perf_counter()
     fn()
@@ -391,11 +392,7 @@ def _first_call(s: dict) -> list[dict]:
 
     for variant, n in (("untuned_bucket", c["tuned_length"]), ("tuned_bucket", c["new_length"])):
         q, k, v = qkv(n)
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        flash_attention(q, k, v)
-        torch.cuda.synchronize()
-        rows.append(row("first_call_ms", (time.perf_counter() - start) * 1e3, "ms", variant=variant, seq=n,
+        rows.append(row("first_call_ms", _seconds(lambda: flash_attention(q, k, v)) * 1e3, "ms", variant=variant, seq=n,
                         bucket_tuned_at=c["tuned_length"], **params))
     q, k, v = qkv(c["memory_length"])
     for variant in ("first_call", "later_call"):
