@@ -26,7 +26,7 @@ import torch
 
 from . import _checks, _flash_tiles, backend
 from ._flash_tiles import Tile, bucket
-from ._launch import DirectLaunch
+from ._launch import DirectLaunch, Prepared, _aligned
 from ._triton import tl, triton
 
 __all__ = ["flash_attention", "flash_attention_ref", "tiles_in_use"]
@@ -445,77 +445,193 @@ def _cdiv(a: int, b: int) -> int:  # plain ints: triton.cdiv is a constexpr func
     return -(-a // b)
 
 
-# Each kernel is launched through a DirectLaunch (kernels/_launch.py): a repeated call skips Triton's
-# per-call argument binding.
+# Each kernel is launched through a DirectLaunch (kernels/_launch.py), and each call shape keeps its
+# prepared launches in a _Plan, so a repeated call does no checks, tile lookup or argument binding.
 _direct: dict = {}
 
 
-def _launch(kernel, programs: int, tensors: tuple, numbers: tuple, consts: dict, tile: Tile | None = None):
-    """kernel[(programs,)](*tensors, *numbers, **consts, **tile.kwargs)."""
+def _prepare(kernel, programs: int, numbers: tuple, consts: dict, tile: Tile | None = None) -> Prepared:
+    """kernel[(programs,)](*tensors, *numbers, **consts, **tile.kwargs), for the tensors given at each call."""
     if kernel not in _direct:
         _direct[kernel] = DirectLaunch(kernel)
-    _direct[kernel](programs, tensors, numbers, {**consts, **tile.kwargs} if tile else consts)
+    return _direct[kernel].prepare(programs, numbers, {**consts, **tile.kwargs} if tile else consts)
 
 
-def _forward(q, k, v, causal: bool, sm_scale: float, store_lse: bool = True):
-    batch, heads, seq_q, head_dim = q.shape
-    seq_k, block_d = k.shape[2], bucket(head_dim)  # the head-dim block: the power of two at or above it
-    o = q.new_empty(q.shape)  # contiguous whatever q's strides
-    lse = q.new_empty((batch, heads, seq_q), dtype=torch.float32) if store_lse else o  # o: never written
-    tensors = (q, k, v, o, lse)
-    numbers = (*q.stride(), *k.stride(), *v.stride(), *o.stride(), heads, seq_q, seq_k, sm_scale * LOG2E)
-    consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal, STORE_LSE=store_lse)
-    tma = not causal and _tma_ready(q, k, v, o)
+def _capturing() -> bool:  # a tile chosen during a CUDA graph capture is provisional (_flash_tiles.choose)
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
-    def run(tile: Tile):
-        programs = _cdiv(seq_q, tile.block_m) * batch * heads
-        if tile.ws and tma:
+
+class _Forward:
+    """The forward of one configuration (shapes, strides, dtypes, causal, scale, log-sum-exp stored or
+    not), its tile chosen on the first call's tensors (tuning if no process had) and its launch prepared:
+    ``forward(q, k, v) -> (o, lse)``."""
+
+    def __init__(self, q, k, v, causal: bool, sm_scale: float, store_lse: bool):
+        batch, heads, seq_q, head_dim = q.shape
+        seq_k, block_d = k.shape[2], bucket(head_dim)  # the head-dim block: the power of two at or above it
+        self.shape, self.store_lse = q.shape, store_lse
+        o, lse = self._outputs(q)
+        numbers = (*q.stride(), *k.stride(), *v.stride(), *o.stride(), heads, seq_q, seq_k, sm_scale * LOG2E)
+        consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal, STORE_LSE=store_lse)
+        tma = not causal and _tma_ready(q, k, v, o)
+
+        def prepared(tile: Tile) -> tuple[bool, Prepared]:
+            programs = _cdiv(seq_q, tile.block_m) * batch * heads
+            if tile.ws and tma:
+                return True, _prepare(_flash_fwd_tma_kernel, programs, numbers,
+                                      {**consts, "EVEN_K": seq_k % tile.block_n == 0}, tile)
+            # a pinned '/ws' tile where the TMA kernel cannot run runs its sizes in the pointer kernel
+            return False, _prepare(_flash_fwd_kernel, programs, numbers, consts, tile)
+
+        self.tile = _tile("fwd", q, seq_q, seq_k, block_d, causal, lambda t: self._run(*prepared(t), q, k, v, o, lse), tma)
+        self.tma, self.launch = prepared(self.tile)
+        self.final = not _capturing()
+
+    def _outputs(self, q):
+        o = q.new_empty(self.shape)  # contiguous whatever q's strides
+        return o, q.new_empty(self.shape[:3], dtype=torch.float32) if self.store_lse else o  # o: never written
+
+    def _run(self, tma: bool, launch: Prepared, q, k, v, o, lse) -> None:
+        if tma:
             _ensure_allocator()
-            lse4 = q.new_empty((batch, heads, seq_q, 4), dtype=torch.float32) if store_lse else o
-            _launch(_flash_fwd_tma_kernel, programs, (q, k, v, o, lse4), numbers,
-                    {**consts, "EVEN_K": seq_k % tile.block_n == 0}, tile)
-            if store_lse:
+            lse4 = q.new_empty((*self.shape[:3], 4), dtype=torch.float32) if self.store_lse else o
+            launch(q, k, v, o, lse4)
+            if self.store_lse:
                 lse.copy_(lse4[..., 0])
-        else:  # a pinned '/ws' tile where the TMA kernel cannot run runs its sizes in the pointer kernel
-            _launch(_flash_fwd_kernel, programs, tensors, numbers, consts, tile)
+        else:
+            launch(q, k, v, o, lse)
 
-    run(_tile("fwd", q, seq_q, seq_k, block_d, causal, run, tma))
-    return o, lse
+    def __call__(self, q, k, v):
+        o, lse = self._outputs(q)
+        self._run(self.tma, self.launch, q, k, v, o, lse)
+        return o, lse
 
 
-def _backward(do, q, k, v, o, lse, causal: bool, sm_scale: float):
-    batch, heads, seq_q, head_dim = q.shape
-    seq_k, block_d = k.shape[2], bucket(head_dim)  # the head-dim block: the power of two at or above it
-    delta = torch.empty_like(lse)
-    _launch(_bwd_delta_kernel, _cdiv(seq_q, 64) * batch * heads, (o, do, delta),
-            (*o.stride(), *do.stride(), heads, seq_q), dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=64))
-    # dk/dv take the strides of k/v and dq those of q, so the outputs must share them.
-    dk, dv, dq = (torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device) for t in (k, v, q))
-    numbers = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), heads, seq_q, seq_k, sm_scale, sm_scale * LOG2E)
-    consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal)
+class _Backward:
+    """The backward of one configuration (the forward's, dO's strides, which backward): the row term
+    delta, then a dK/dV and a dQ kernel (two_pass) or one kernel adding dQ (one_pass):
+    ``backward(do, q, k, v, o, lse) -> (dq, dk, dv)``."""
 
-    if backward_kind() == "one_pass":
-        def run_one_pass(tile: Tile):
-            dq_acc.zero_()  # in the timed call too: tuning runs it more than once
-            _launch(_flash_bwd_dkdv_kernel, _cdiv(seq_k, tile.block_n) * batch * heads,
-                    (q, k, v, do, lse, delta, dk, dv, dq_acc), numbers, {**consts, "ADD_DQ": True}, tile)
+    def __init__(self, do, q, k, v, o, lse, causal: bool, sm_scale: float, kind: str):
+        batch, heads, seq_q, head_dim = q.shape
+        seq_k, block_d = k.shape[2], bucket(head_dim)
+        self.kind, self.sm_scale, self.acc_shape = kind, sm_scale, (batch, heads, seq_q, block_d)
+        self.delta = _prepare(_bwd_delta_kernel, _cdiv(seq_q, 64) * batch * heads, (*o.stride(), *do.stride(), heads, seq_q),
+                              dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=64))
+        numbers = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), heads, seq_q, seq_k, sm_scale, sm_scale * LOG2E)
+        consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal)
 
-        dq_acc = torch.empty((batch, heads, seq_q, block_d), dtype=torch.float32, device=q.device)
-        run_one_pass(_tile("bwd_one_pass", q, seq_q, seq_k, block_d, causal, run_one_pass))
-        dq.copy_(dq_acc[..., :head_dim].mul_(sm_scale))
+        def dkdv(tile: Tile, add_dq: bool) -> Prepared:
+            return _prepare(_flash_bwd_dkdv_kernel, _cdiv(seq_k, tile.block_n) * batch * heads, numbers,
+                            {**consts, "ADD_DQ": add_dq}, tile)
+
+        def dq_of(tile: Tile) -> Prepared:
+            return _prepare(_flash_bwd_dq_kernel, _cdiv(seq_q, tile.block_m) * batch * heads, numbers, consts, tile)
+
+        delta, dq, dk, dv = self._outputs(q, k, v, lse)  # for tuning, which runs on these tensors
+        self.delta(o, do, delta)
+        if kind == "one_pass":
+            dq_acc = self._accumulator(q)
+
+            def run(tile: Tile):
+                dq_acc.zero_()  # in the timed call too: tuning runs it more than once
+                dkdv(tile, True)(q, k, v, do, lse, delta, dk, dv, dq_acc)
+
+            self.tiles = {"bwd_one_pass": _tile("bwd_one_pass", q, seq_q, seq_k, block_d, causal, run)}
+            self.dkdv = dkdv(self.tiles["bwd_one_pass"], True)
+        else:
+            self.tiles = {
+                "bwd_dkdv": _tile("bwd_dkdv", q, seq_q, seq_k, block_d, causal,
+                                  lambda t: dkdv(t, False)(q, k, v, do, lse, delta, dk, dv, dk)),
+                "bwd_dq": _tile("bwd_dq", q, seq_q, seq_k, block_d, causal,
+                                lambda t: dq_of(t)(q, k, v, do, lse, delta, dq))}
+            self.dkdv, self.dq = dkdv(self.tiles["bwd_dkdv"], False), dq_of(self.tiles["bwd_dq"])
+        self.final = not _capturing()
+
+    @staticmethod
+    def _outputs(q, k, v, lse):
+        # dk/dv take the strides of k/v and dq those of q (the kernels index them so); delta is lse's layout
+        delta = torch.empty(lse.shape, dtype=torch.float32, device=lse.device)
+        dq, dk, dv = (torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device) for t in (q, k, v))
+        return delta, dq, dk, dv
+
+    def _accumulator(self, q):
+        return torch.zeros(self.acc_shape, dtype=torch.float32, device=q.device)
+
+    def __call__(self, do, q, k, v, o, lse):
+        delta, dq, dk, dv = self._outputs(q, k, v, lse)
+        self.delta(o, do, delta)
+        if self.kind == "one_pass":
+            dq_acc = self._accumulator(q)
+            self.dkdv(q, k, v, do, lse, delta, dk, dv, dq_acc)
+            dq.copy_(dq_acc[..., :q.shape[-1]].mul_(self.sm_scale))
+        else:
+            self.dkdv(q, k, v, do, lse, delta, dk, dv, dk)
+            self.dq(q, k, v, do, lse, delta, dq)
         return dq, dk, dv
 
-    def run_dkdv(tile: Tile):
-        _launch(_flash_bwd_dkdv_kernel, _cdiv(seq_k, tile.block_n) * batch * heads,
-                (q, k, v, do, lse, delta, dk, dv, dk), numbers, {**consts, "ADD_DQ": False}, tile)
 
-    def run_dq(tile: Tile):
-        _launch(_flash_bwd_dq_kernel, _cdiv(seq_q, tile.block_m) * batch * heads,
-                (q, k, v, do, lse, delta, dq), numbers, consts, tile)
+class _Plan:
+    """What calls of one shape (shapes, strides, dtypes, devices, causal, sm_scale as given) share, made
+    as they first need it: a forward per ``store_lse``, a backward per (dO's and O's strides, backward
+    kind). Holds no tensor."""
 
-    run_dkdv(_tile("bwd_dkdv", q, seq_q, seq_k, block_d, causal, run_dkdv))
-    run_dq(_tile("bwd_dq", q, seq_q, seq_k, block_d, causal, run_dq))
-    return dq, dk, dv
+    def __init__(self, head_dim: int, causal: bool, sm_scale: float | None):
+        self.causal = causal
+        self.sm_scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+        self.forwards: dict[bool, _Forward] = {}
+        self.backwards: dict[tuple, _Backward] = {}
+
+    def forward(self, q, k, v, store_lse: bool = True):
+        f = self.forwards.get(store_lse)
+        if f is None or (f.tma and not _aligned((q, k, v))):  # the TMA kernel needs 16-byte aligned bases
+            f = _Forward(q, k, v, self.causal, self.sm_scale, store_lse)
+            if f.final and _aligned((q, k, v)):  # a misaligned first call would deny later ones the TMA kernel
+                self.forwards[store_lse] = f
+        _last["fwd"] = f.tile
+        return f(q, k, v)
+
+    def backward(self, do, q, k, v, o, lse):
+        key = (do.stride(), o.stride(), backward_kind())
+        b = self.backwards.get(key)
+        if b is None:
+            b = _Backward(do, q, k, v, o, lse, self.causal, self.sm_scale, key[2])
+            if b.final:
+                self.backwards[key] = b
+        _last.update(b.tiles)
+        return b(do, q, k, v, o, lse)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_plans: dict = {}  # call key -> _Plan
+_plans_generation = [_flash_tiles.generation]  # pin() and forget() change tiles: plans made before are dropped
+MAX_PLANS = 1024  # past this many call shapes the plans start afresh: a process meeting ever new shapes stays bounded
+
+
+def _key(q, k, v, causal, sm_scale):
+    """What decides a call's checks and launches, or None for arguments not of the plain kinds (they are
+    checked, and planned, at every call)."""
+    if (type(q) in _PLAIN and type(k) in _PLAIN and type(v) in _PLAIN and type(causal) is bool
+            and (sm_scale is None or type(sm_scale) is float)):
+        return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+                v.shape, v.stride(), v.dtype, v.device, causal, sm_scale)
+    return None
+
+
+def _plan(q, k, v, causal: bool, sm_scale: float | None) -> _Plan:
+    """The plan for these checked arguments, made if it is the first call of their shape."""
+    if _plans_generation[0] != _flash_tiles.generation:
+        _plans.clear()
+        _plans_generation[0] = _flash_tiles.generation
+    key = _key(q, k, v, causal, sm_scale)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _Plan(q.shape[-1], causal, sm_scale)
+        if key is not None:
+            if len(_plans) >= MAX_PLANS:
+                _plans.clear()
+            _plans[key] = plan
+    return plan
 
 
 BACKWARD_ENV = "KERNELS_FLASH_BACKWARD"
@@ -534,18 +650,17 @@ def backward_kind() -> str:
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale):
-        o, lse = _forward(q, k, v, causal, sm_scale)
+    def forward(ctx, q, k, v, plan):
+        o, lse = plan.forward(q, k, v)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal, ctx.sm_scale = causal, sm_scale
+        ctx.plan = plan
         return o
 
     @staticmethod
     def backward(ctx, do):
         _checks.no_double_backward("flash_attention")
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
-        return dq, dk, dv, None, None
+        return (*ctx.plan.backward(do, q, k, v, o, lse), None)
 
 
 # The same computation as custom ops, for torch.compile: the compiler sees an opaque call with known
@@ -553,7 +668,7 @@ class _FlashAttention(torch.autograd.Function):
 @torch.library.custom_op("kernels::flash_attention_forward", mutates_args=(),
                          schema="(Tensor q, Tensor k, Tensor v, bool causal, float sm_scale) -> (Tensor, Tensor)")
 def _forward_op(q, k, v, causal, sm_scale):
-    return _forward(q, k, v, causal, sm_scale)
+    return _plan(q, k, v, causal, sm_scale).forward(q, k, v)
 
 
 @_forward_op.register_fake
@@ -565,7 +680,7 @@ def _(q, k, v, causal, sm_scale):
     "(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, float sm_scale) "
     "-> (Tensor, Tensor, Tensor)"))
 def _backward_op(do, q, k, v, o, lse, causal, sm_scale):
-    return _backward(do, q, k, v, o, lse, causal, sm_scale)
+    return _plan(q, k, v, causal, sm_scale).backward(do, q, k, v, o, lse)
 
 
 @_backward_op.register_fake
@@ -616,18 +731,24 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     ``flash_attention.tune(q, k, v, causal)`` tunes ahead of time, ``flash_attention.pin(fwd="128x64/w8/s3")``
     fixes a tile.
     """
-    _check(q, k, v, sm_scale)
-    causal = _checks.flag(causal, "causal")
-    sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    # The backward writes each gradient with its input's strides: an input that repeats memory (stride 0,
-    # e.g. K/V expanded across heads) would have every head write into one buffer. A dense copy instead;
-    # autograd sums its gradient back through the expand.
-    q, k, v = (t.contiguous() if _repeats_memory(t) else t for t in (q, k, v))
-    if torch.compiler.is_compiling():
-        return _forward_op(q, k, v, causal, sm_scale)[0]
+    # A call shaped like an earlier one (same shapes, strides, dtypes, devices, causal and sm_scale) passed
+    # the same checks then: its plan is all it needs.
+    plan = None if torch.compiler.is_compiling() else _plans.get(_key(q, k, v, causal, sm_scale))
+    if plan is None or _plans_generation[0] != _flash_tiles.generation:
+        _check(q, k, v, sm_scale)
+        causal = _checks.flag(causal, "causal")
+        sm_scale = None if sm_scale is None else float(sm_scale)
+        # The backward writes each gradient with its input's strides: an input that repeats memory (stride
+        # 0, e.g. K/V expanded across heads) would have every head write into one buffer. A dense copy
+        # instead; autograd sums its gradient back through the expand.
+        q, k, v = (t.contiguous() if _repeats_memory(t) else t for t in (q, k, v))
+        if torch.compiler.is_compiling():
+            scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+            return _forward_op(q, k, v, causal, scale)[0]
+        plan = _plan(q, k, v, causal, sm_scale)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _FlashAttention.apply(q, k, v, causal, sm_scale)
-    return _forward(q, k, v, causal, sm_scale, store_lse=False)[0]  # no gradient wanted: no autograd, no lse
+        return _FlashAttention.apply(q, k, v, plan)
+    return plan.forward(q, k, v, store_lse=False)[0]  # no gradient wanted: no autograd, no lse
 
 
 def _repeats_memory(t: torch.Tensor) -> bool:

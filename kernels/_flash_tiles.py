@@ -85,11 +85,14 @@ def cache_path() -> Path:
 _chosen: dict[tuple, Tile] = {}
 _pinned: dict[str, Tile] = {}
 timings: dict[tuple, dict[str, float]] = {}  # bucket -> {tile: median ms} of every tuning this process ran
+generation = 0  # counts pin() and forget() calls: what was planned with earlier choices is stale
 
 
 def pin(kinds, **tiles: str | None) -> None:
     """Run each named kernel with this tile from now on, in every bucket; None unpins it, and no
     argument at all unpins every kernel. ``kinds`` are the kernel names that may be pinned."""
+    global generation
+    generation += 1
     if not tiles:
         _pinned.clear()
     for kind, text in tiles.items():
@@ -104,6 +107,8 @@ def pin(kinds, **tiles: str | None) -> None:
 def forget() -> None:
     """Drop this process's choices, pins and tuning times (the cache file stays): the next call looks up
     or tunes again."""
+    global generation
+    generation += 1
     _chosen.clear()
     _pinned.clear()
     timings.clear()

@@ -12,6 +12,10 @@ Triton's specialization), and every pointer 16-byte aligned. It is
   (``TESTED``: their compiled kernels take ``[grid](*arguments, *constexprs, stream=...)``, constexprs by
   position, in the kernel's own order); any other version takes ``kernel[grid](...)`` every time;
 - switchable: ``KERNELS_DIRECT_LAUNCH=0`` turns it off (read at each call).
+
+``DirectLaunch.prepare`` goes one step further for a caller that repeats one configuration (FlashAttention
+keeps one per call shape): a ``Prepared`` launch keeps the compiled kernel's launcher for its grid and its
+arguments other than the tensors, so a repeated call does no key building or lookup at all.
 """
 from __future__ import annotations
 
@@ -45,14 +49,19 @@ def serialized(fn):
 
 
 def enabled() -> bool:
-    return (os.environ.get(ENV, "1") != "0" and backend.current() == "gpu"
-            and ".".join(triton.__version__.split(".")[:2]) in TESTED)
+    return os.environ.get(ENV, "1") != "0" and backend.current() == "gpu" and _tested(triton.__version__)
+
+
+@functools.lru_cache(maxsize=None)
+def _tested(version: str) -> bool:
+    return ".".join(version.split(".")[:2]) in TESTED
 
 
 class DirectLaunch:
     """``launch(programs, tensors, numbers, consts)`` = ``kernel[(programs,)](*tensors, *numbers, **consts)``:
     tensors and numbers positional, in the kernel's order; consts by name (constexprs and launch options
-    such as num_warps)."""
+    such as num_warps). ``prepare`` fixes everything but the tensors, for a caller that launches one
+    configuration again and again."""
 
     def __init__(self, kernel, maxsize: int = 256):
         if maxsize < 1:
@@ -66,10 +75,18 @@ class DirectLaunch:
     def clear(self) -> None:
         self._compiled.clear()
 
-    @serialized
     def __call__(self, programs: int, tensors: tuple, numbers: tuple, consts: dict) -> None:
+        self.prepare(programs, numbers, consts)(*tensors)
+
+    def prepare(self, programs: int, numbers: tuple, consts: dict) -> Prepared:
+        return Prepared(self, programs, tuple(numbers), dict(consts))
+
+    @serialized
+    def _launch(self, programs: int, tensors: tuple, numbers: tuple, consts: dict):
+        """Launch, through Triton unless this specialization was compiled before; returns ((the compiled
+        kernel, its constexprs in order), the device) when a later call may launch it directly, else None."""
         key = None
-        if enabled() and all(t.data_ptr() % 16 == 0 for t in tensors):
+        if enabled() and _aligned(tensors):
             device = _device()
             key = (device, *(t.dtype for t in tensors), *numbers, *sorted(consts.items()))
             hit = self._compiled.get(key)
@@ -77,13 +94,47 @@ class DirectLaunch:
                 self._compiled.move_to_end(key)
                 compiled, constexprs = hit
                 compiled[(programs, 1, 1)](*tensors, *numbers, *constexprs, stream=_stream(device))
-                return
+                return hit, device
         compiled = self.kernel[(programs,)](*tensors, *numbers, **consts)
-        if key is not None and compiled is not None:
-            names = self.kernel.arg_names[len(tensors) + len(numbers):]  # the constexprs, in the kernel's order
-            self._compiled[key] = (compiled, tuple(consts[n] for n in names))
-            if len(self._compiled) > self.maxsize:
-                self._compiled.popitem(last=False)
+        if key is None or compiled is None:
+            return None
+        names = self.kernel.arg_names[len(tensors) + len(numbers):]  # the constexprs, in the kernel's order
+        hit = self._compiled[key] = (compiled, tuple(consts[n] for n in names))
+        if len(self._compiled) > self.maxsize:
+            self._compiled.popitem(last=False)
+        return hit, device
+
+
+class Prepared:
+    """One launch configuration of a kernel (grid, numbers, constexprs, launch options), called with its
+    tensors: ``prepared(*tensors)``. Once Triton has compiled it, a call costs an alignment check and
+    the compiled kernel's own launcher. Every call must pass tensors of the dtypes the first call passed
+    (the compiled kernel is specialized on them); any other change goes through Triton again."""
+
+    __slots__ = ("direct", "programs", "numbers", "consts", "_runner", "_arguments", "_device")
+
+    def __init__(self, direct: DirectLaunch, programs: int, numbers: tuple, consts: dict):
+        self.direct, self.programs, self.numbers, self.consts = direct, programs, numbers, consts
+        self._runner = self._arguments = self._device = None
+
+    @serialized
+    def __call__(self, *tensors) -> None:
+        if self._runner is not None and enabled() and _aligned(tensors) and _device() == self._device:
+            self._runner(*tensors, *self._arguments, stream=_stream(self._device))
+            return
+        found = self.direct._launch(self.programs, tensors, self.numbers, self.consts)
+        if found is not None:
+            (compiled, constexprs), self._device = found
+            self._runner = compiled[(self.programs, 1, 1)]  # Triton's launcher for this grid, made once
+            self._arguments = (*self.numbers, *constexprs)
+
+
+def _aligned(tensors) -> bool:
+    """Is every pointer 16-byte aligned, as Triton assumes of the kernels it compiled for such pointers?"""
+    for t in tensors:
+        if t.data_ptr() % 16:
+            return False
+    return True
 
 
 def _device() -> int:

@@ -199,3 +199,29 @@ def test_a_directory_in_place_of_the_cache_file_is_named_and_left_alone(gpu_free
     assert any("could not write" in str(w.message) for w in caught)
     assert (path / "keep").read_text() == "a user's file" and [p.name for p in path.parent.iterdir()] == [path.name]
     assert ft.choose(KEY, CANDIDATES, gpu_free.append) == Tile(64, 64, 4, 3) and len(gpu_free) == 3  # remembered
+
+
+def test_a_call_shaped_like_an_earlier_one_is_still_refused_where_its_arguments_are_bad():
+    """A repeated call shape skips the checks (its plan says they passed): any argument that differs
+    from the planned call must be checked again."""
+    q, k, v = qkv()
+    flash_attention(q, k, v)
+    for bad, err in (((q, k, v, 1), TypeError), ((q, k, v, "no"), TypeError), ((q, k, v, False, -1.0), ValueError),
+                     ((q, k.half(), v), TypeError), ((q, k, v[..., :16]), ValueError), ((q, k, v[:, :1]), ValueError),
+                     ((q.numpy(), k, v), TypeError), ((q, k, v, False, True), TypeError)):
+        with pytest.raises(err):
+            flash_attention(*bad)
+    torch.testing.assert_close(flash_attention(q, k, v, False, 0.5), flash_attention_ref(q, k, v, sm_scale=0.5),
+                               atol=5e-3 if ON_GPU else 1e-4, rtol=0)  # another scale: another plan
+
+
+def test_plans_keep_no_tensor_alive():
+    import gc
+    import weakref
+    q, k, v = qkv(grad=True)
+    flash_attention(q, k, v).sum().backward()
+    flash_attention(q.detach(), k.detach(), v.detach())
+    alive = [weakref.ref(t) for t in (q, k, v)]
+    del q, k, v
+    gc.collect()
+    assert not any(r() for r in alive)

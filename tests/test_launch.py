@@ -107,3 +107,22 @@ def test_softmax_sizes_come_from_one_place(n_cols, split):
 def test_softmax_refuses_a_width_past_its_cap_naming_it(n_cols):
     with pytest.raises(ValueError, match=rf"n_cols must be 1\.\.{sm.MAX_COLS} .* got {n_cols}"):
         sm.launch_settings(n_cols, 4)
+
+
+def test_a_prepared_launch_makes_its_grids_launcher_once_and_reuses_it(direct, monkeypatch):
+    made = []
+    monkeypatch.setattr(FakeCompiled, "__getitem__", lambda self, grid: made.append(grid) or (
+        lambda *args, stream: self.log.append(("direct", grid, args, stream))))
+    prepared = _launch.DirectLaunch(direct).prepare(4, (64,), dict(EVEN=True, BLOCK=16, num_warps=4))
+    x = torch.zeros(64)
+    for _ in range(3):
+        prepared(x)
+    assert [e[0] for e in direct.log] == ["jit", "direct", "direct"] and made == [(4, 1, 1)]
+    assert direct.log[2] == ("direct", (4, 1, 1), (x, 64, 16, True), 1234)
+    prepared(x[1:])  # a pointer not 16-byte aligned: Triton specializes it otherwise
+    monkeypatch.setenv(_launch.ENV, "0")
+    prepared(x)  # switched off: Triton every time
+    monkeypatch.delenv(_launch.ENV)
+    monkeypatch.setattr(_launch, "_device", lambda: 1)
+    prepared(x)  # another current device: Triton (its compiled kernel is per device)
+    assert [e[0] for e in direct.log[3:]] == ["jit", "jit", "jit"]
