@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROV = {key: f"<{key}>" for key in table.PROVENANCE}
 CLAIMS = yaml.safe_load((ROOT / "workflow/claims.yaml").read_text())
 # Two invocations of the same commit on two H200 machines (README: "Comparing runs").
-COMMITTED = [ROOT / "results/nvidia-h200", ROOT / "results/nvidia-h200-repeat"]
+COMMITTED = [ROOT / "results/nvidia-h200-cb2e4cd", ROOT / "results/nvidia-h200-repeat"]  # one commit, two machines
 
 
 def timed(points, metric="bandwidth", unit="GB/s", spread=0.002, kernel="k", experiment="performance"):
@@ -210,5 +210,5 @@ def test_committed_pair_claims_do_not_change(committed):
     a, b, j = committed
     diff, errors = compare.claims_diff(CLAIMS, a, b)
     assert not errors and len(diff) == len(CLAIMS) and (diff["changed"] == "no").all()
-    page = compare.markdown("nvidia-h200", "nvidia-h200-repeat", a, b, j, CLAIMS)
+    page = compare.markdown("nvidia-h200-cb2e4cd", "nvidia-h200-repeat", a, b, j, CLAIMS)
     assert page.index("## Claims") < page.index("## Summary")
