@@ -108,10 +108,9 @@ def _fwd_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, lo, hi, o
                 keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
             qk = tl.where(keep, qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
-        if MASK:  # a row may have seen no key yet: keep exp2 away from (-inf) - (-inf)
-            m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        else:
-            m_new_safe = m_new
+        # a row may have seen no key yet, or only -inf scores (-inf in the input): keep exp2 away from
+        # (-inf) - (-inf), so that such a tile adds nothing, whichever tiles the keys fall in
+        m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.math.exp2(qk - m_new_safe[:, None])
         alpha = tl.math.exp2(m_i - m_new_safe)  # rescales what earlier tiles accumulated
         l_i = l_i * alpha + tl.sum(p, 1)
@@ -168,7 +167,9 @@ def _flash_fwd_kernel(
                                offs_m, offs_n, d_mask, seq_k, causal_offset, qk_scale,
                                True, CAUSAL, EVEN_D, BLOCK_N)
 
-    empty = l_i == 0.0  # rows that see no key (causal, seq_q > seq_k): output 0, lse +inf -> p = 0 in backward
+    # Rows that see no key (causal, seq_q > seq_k), or whose every score is -inf (-inf in the input): output
+    # 0, as SDPA gives, and lse +inf -> p = 0 in the backward.
+    empty = l_i == 0.0
     acc = acc / tl.where(empty, 1.0, l_i)[:, None]
     if STORE_LSE:
         lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
@@ -234,8 +235,8 @@ def _flash_fwd_tma_kernel(
             p = tl.math.exp2(qk - m_new_safe[:, None])
         else:  # the scale folds into one multiply-add
             m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            m_new_safe = m_new
-            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+            m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # only -inf scores so far
+            p = tl.math.exp2(qk * qk_scale - m_new_safe[:, None])
         alpha = tl.math.exp2(m_i - m_new_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = v_desc.load([start_n, 0])
@@ -794,13 +795,12 @@ def causal_mask(seq_q: int, seq_k: int, device=None) -> torch.Tensor:
 def flash_attention_ref(q, k, v, causal: bool = False, sm_scale: float | None = None,
                         dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Plain attention in ``dtype`` (fp32 by default) with the same conventions as flash_attention: rows
-    that see no key (causal, seq_q > seq_k) are zero; NaN and inf in the inputs propagate as in SDPA."""
+    that see no key (causal, seq_q > seq_k) or whose every score is -inf are zero, as in SDPA; NaN and
+    inf elsewhere in the inputs propagate as in SDPA."""
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     s = (q.to(dtype) @ k.to(dtype).transpose(-1, -2)) * sm_scale
     if causal:
-        seen = causal_mask(q.shape[2], k.shape[2], q.device)
-        p = torch.softmax(s.masked_fill(~seen, float("-inf")), dim=-1)
-        p = p.masked_fill(~seen.any(dim=-1, keepdim=True), 0.0)  # a row of -inf alone is NaN: zero it
-    else:
-        p = torch.softmax(s, dim=-1)
+        s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    p = p.masked_fill((s == float("-inf")).all(dim=-1, keepdim=True), 0.0)  # softmax of -inf alone is NaN
     return p @ v.to(dtype)

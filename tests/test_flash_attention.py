@@ -5,6 +5,7 @@ import torch
 
 from conftest import FLOAT_DTYPES, ON_GPU, randn
 from kernels import flash_attention, flash_attention_ref
+from kernels._flash_attention import causal_mask
 from lab.verify import attention_eps, flash_errors, within_fa_rule
 
 
@@ -117,9 +118,7 @@ NONFINITE = {  # (where, value): one element of q, k or v made non-finite
 @pytest.mark.parametrize("case", NONFINITE)
 def test_nan_and_inf_propagate_in_kernel_and_reference_as_in_sdpa(case, causal):
     """flash_attention_ref zeroes only the rows that see no key: NaN and inf elsewhere propagate, to the
-    same elements as the kernel's; and where SDPA's convention is the same, to SDPA's. (Not covered: a
-    row whose every visible score is -inf, which the kernel answers with 0 or NaN depending on whether
-    the key tile straddles the causal diagonal; SDPA and the reference give NaN.)"""
+    same elements as the kernel's; and where SDPA's convention is the same, to SDPA's."""
     where, index, value = NONFINITE[case]
     for sq in (5, 7):  # 7 > seq_k: causal rows 0 and 1 see no key
         q, k, v = (t.detach() for t in qkv(1, 2, sq, 5, 16, torch.float32))
@@ -131,6 +130,27 @@ def test_nan_and_inf_propagate_in_kernel_and_reference_as_in_sdpa(case, causal):
             with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
                 sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
             torch.testing.assert_close(ref, sdpa, atol=1e-5, rtol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("keys", ["a tile", "every key"])
+@pytest.mark.parametrize("sq", [70, 90])  # 90 > seq_k: causal rows 0..19 see no key
+def test_scores_of_minus_inf_count_as_in_sdpa(keys, sq, causal):
+    """-inf in K makes a key's score -inf for every row (q's first feature is 1 in each): such keys get
+    weight 0 where a row has other keys, however the key tiles fall (the first tile alone, here, in every
+    tile size of the project), and a row whose every visible key is -inf is 0, as SDPA gives, like a row
+    that sees no key at all (causal, seq_q > seq_k)."""
+    q, k, v = (t.detach() for t in qkv(1, 2, sq, 70, 16, torch.float32))
+    q[..., 0] = 1.0
+    k[:, :, : 70 if keys == "every key" else 64, 0] = float("-inf")
+    out, ref = flash_attention(q, k, v, causal=causal), flash_attention_ref(q, k, v, causal=causal)
+    sees_finite = torch.ones(sq, 70, dtype=torch.bool) if not causal else causal_mask(sq, 70)
+    sees_finite = (sees_finite & (torch.arange(70) >= (70 if keys == "every key" else 64))).any(-1)
+    assert out[:, :, sees_finite].abs().gt(0).all() and out[:, :, ~sees_finite].eq(0).all()
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        sdpa = torch.nn.functional.scaled_dot_product_attention(q[:, :, -70:], k, v, is_causal=causal)
+    torch.testing.assert_close(out[:, :, -70:], sdpa, atol=1e-5, rtol=1e-5)  # SDPA's causal mask: top-left
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

@@ -393,6 +393,30 @@ def test_an_interrupted_run_leaves_no_table_that_reads_as_complete(project, sig)
     assert planned(project) == {}
 
 
+def test_sigterm_to_snakemake_lets_the_running_job_finish_and_says_that_none_failed(project, tmp_path):
+    """Snakemake stops gracefully on SIGTERM: the running job completes its table, and Snakemake still ends
+    with 'At least one job did not complete successfully'; the workflow says no job failed."""
+    target = project / "results/tiny/flash_attention/correctness.parquet"
+    job_log = project / "results/tiny/logs/flash_attention/correctness.log"
+    job_log.unlink(missing_ok=True)
+    out = tmp_path / "snakemake.out"
+    with out.open("w") as sink:
+        proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--cores", "1", "--forcerun",
+                                 "flash_attention", "--", str(target.relative_to(project))],
+                                cwd=project, env=runs_in(project), stdout=sink, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while not (job_log.exists() and "backend=" in job_log.read_text()):  # the job is computing
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)  # to Snakemake alone, as a scheduler or `kill` sends it
+        proc.wait(timeout=300)
+    text = out.read_text()
+    assert proc.returncode != 0 and "did not complete successfully" in text
+    assert "No job failed: Snakemake was stopped" in text and "A job failed" not in text
+    assert pd.read_parquet(target)["status"].eq("ok").all()
+    assert not set(planned(project)) & EXPERIMENT_RULES  # the table stands: no experiment to run again
+
+
 def test_two_runs_at_once_write_only_their_own_results(project):
     procs = [subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--config", f"run={name}",
                                "--cores", "1", "--", f"results/{name}/softmax/bug.parquet"],
