@@ -13,6 +13,8 @@ os.environ.setdefault("KERNELS_AUTOTUNE", "0")
 
 import kernels  # noqa: E402
 
+pytest_plugins = ["pipeline"]  # the tiny-config pipeline fixture (``project``) of the workflow tests
+
 DEVICE = kernels.backend.device()
 ON_GPU = kernels.backend.current() == "gpu"
 

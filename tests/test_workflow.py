@@ -6,46 +6,18 @@ alone and the report rebuilt alone; that bad config is refused before any job ru
 clone, that the committed GPU run is up to date and cannot be overwritten from this machine."""
 import contextlib
 import hashlib
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import copy_project, runs_in
+from conftest import runs_in
 from lab import units
-
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-
-
-def smk(workdir, *args, check=True, config="tests/tiny_config.yaml"):
-    done = subprocess.run([*SNAKEMAKE, *(["--configfile", config] if config else []), *args], cwd=workdir,
-                          env=runs_in(Path(workdir)), capture_output=True, text=True, timeout=900)
-    if check and done.returncode:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
-    return done
-
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    work = tmp_path_factory.mktemp("lab")
-    copy_project(work)
-    smk(work, "--cores", "2")
-    return work
-
-
-def report_rows(project):
-    text = (project / "results/tiny/report.md").read_text()
-    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| ") and line[2:3].isdigit()]
-    return {int(r[0].strip("| ")): r for r in rows}
-
+from pipeline import EXPERIMENT_RULES, ROOT, digests, job_stats, planned, report_rows, smk
 
 def test_report_settles_every_claim(project):
     rows = report_rows(project)
@@ -73,26 +45,8 @@ def test_tables_are_tidy_with_provenance(project):
     assert list(raised["n_cols"]) == [1048577] and "exceeds triton maximum tensor numel" in raised["error"].iloc[0]
 
 
-def job_stats(dry_run_output: str) -> dict[str, int]:
-    """The 'Job stats' table of a dry run: rule -> number of jobs."""
-    lines = dry_run_output.split("Job stats:")[1].splitlines()[3:]
-    stats = {}
-    for line in lines:
-        parts = line.split()
-        if len(parts) != 2 or parts[0] == "total":
-            break
-        stats[parts[0]] = int(parts[1])
-    return stats
-
-
-EXPERIMENT_RULES = {"calibration", "vector_add", "relu_dropout", "softmax", "attention", "flash_attention"}
 SEEDED = {"vector_add": 4, "relu_dropout": 4, "softmax": 7, "attention": 4, "flash_attention": 4}  # jobs per rule
 FIGURES = {f"figure_{name}" for name in units.figures()}
-
-
-def planned(project, *args) -> dict[str, int]:
-    out = smk(project, "-n", *args).stdout
-    return {} if "Nothing to be done" in out else job_stats(out)
 
 
 @contextlib.contextmanager
@@ -227,21 +181,6 @@ def test_touching_sources_reruns_nothing(project):
     assert not set(planned(project)) & EXPERIMENT_RULES
 
 
-def test_a_restored_old_table_is_rerun_even_where_snakemake_has_records_of_it(project, tmp_path):
-    """Snakemake skips an input whose checksum matches its record; the fingerprint still catches the table."""
-    bug = project / "results/tiny/softmax/bug.parquet"
-    seed0 = tmp_path / "bug-seed0.parquet"
-    seed0.write_bytes(bug.read_bytes())
-    target = ["--", "results/tiny/softmax/bug.parquet"]
-    smk(project, "--cores", "1", "--config", "seed=1", *target)
-    bug.write_bytes(seed0.read_bytes())  # the seed-0 table back, under seed=1
-    assert job_stats(smk(project, "-n", "--config", "seed=1", *target).stdout).get("softmax") == 1
-    smk(project, "--cores", "1", "--config", "seed=1", *target)  # the stale table is rerun, once:
-    assert "Nothing to be done" in smk(project, "-n", "--config", "seed=1", *target).stdout  # its marker recorded
-    smk(project, "--cores", "1")  # back at seed 0: its records say seed=1, so it reruns, and then all is current
-    assert planned(project) == {}
-
-
 def test_forcerun_reruns_only_that_experiment_and_its_dependents(project):
     alone = smk(project, "-n", "--forcerun", "softmax", "--", "results/tiny/softmax/bug.parquet").stdout
     # (and the marker it was last rerun with, if it was once out of date: its inputs stay as recorded)
@@ -311,10 +250,6 @@ def test_empty_range_is_refused(tmp_path, project):
     assert "vector_add.performance.log2_sizes" in done.stdout + done.stderr
 
 
-def digests(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*.parquet"))}
-
-
 def test_fresh_clone_keeps_the_committed_gpu_run(tmp_path):
     """The README's command rebuilds the committed GPU report without running an experiment, and this
     (CPU) machine refuses to write into the GPU's run, naming both devices; the tables stay byte-identical."""
@@ -333,156 +268,3 @@ def test_fresh_clone_keeps_the_committed_gpu_run(tmp_path):
     message = forced.stdout + forced.stderr
     assert device in message and "cpu (" in message and "overwrite_foreign_run" in message
     assert digests(run) == before
-
-
-# --- failures cost nothing ------------------------------------------------------------------------------------
-
-FAILING_BUG = b'''
-
-@experiment()
-def bug(s: dict) -> list[dict]:  # injected by a test: this experiment raises
-    raise RuntimeError("injected failure")
-'''
-
-
-def test_a_failing_experiment_fails_only_its_own_claims(project):
-    tiny = project / "results/tiny"
-    experiments = project / "workflow/lab/units/softmax.py"
-    original = experiments.read_bytes()
-    others = {k: v for k, v in digests(tiny).items() if not k.startswith("softmax/")}
-    experiments.write_bytes(original + FAILING_BUG)
-    try:
-        done = smk(project, "--cores", "2")
-    finally:
-        experiments.write_bytes(original)
-    assert "1 experiment(s) failed: softmax/bug" in done.stderr
-    bug = pd.read_parquet(tiny / "softmax/bug.parquet")
-    assert list(bug["status"]) == ["failed"] and "injected failure" in bug["error"].iloc[0]
-    assert {k: v for k, v in digests(tiny).items() if not k.startswith("softmax/")} == others  # the rest stand
-    rows = report_rows(project)
-    for claim in (5, 6, 7, 8, 16, 19):  # the claims softmax/bug settles, and only those
-        assert rows[claim][4].strip() == "not settled" and "softmax/bug job failed" in rows[claim][3]
-    assert rows[1][4].strip() == "reproduced" and rows[4][4].strip() == "reproduced"
-    assert (tiny / "figures/softmax_bug.png").exists()  # a placeholder that says why
-    # The failed table is retried on the next run, and then all is as before.
-    assert planned(project).get("softmax") == 1  # that table alone: only its experiment's code changed back
-    smk(project, "--cores", "2")
-    assert report_rows(project)[6][4].strip() == "reproduced"
-
-
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-def test_an_interrupted_run_leaves_no_table_that_reads_as_complete(project, sig):
-    target = project / "results/tiny/flash_attention/correctness.parquet"
-    job_log = project / "results/tiny/logs/flash_attention/correctness.log"
-    job_log.unlink(missing_ok=True)
-    proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--cores", "1", "--forcerun",
-                             "flash_attention", "--", str(target.relative_to(project))],
-                            cwd=project, env=runs_in(project), start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while not (job_log.exists() and "backend=" in job_log.read_text()):  # the job is computing
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.2)
-    os.killpg(proc.pid, sig)
-    proc.wait(timeout=120)
-    assert not target.exists()  # Snakemake removed the old table before the job; no new one was finished
-    if sig == signal.SIGKILL:  # nothing could clean up: the directory lock stays until --unlock
-        smk(project, "--unlock")
-    smk(project, "--cores", "1", "--rerun-incomplete")
-    assert pd.read_parquet(target)["status"].eq("ok").all()
-    assert planned(project) == {}
-
-
-def test_sigterm_to_snakemake_lets_the_running_job_finish_and_says_that_none_failed(project, tmp_path):
-    """Snakemake stops gracefully on SIGTERM: the running job completes its table, and Snakemake still ends
-    with 'At least one job did not complete successfully'; the workflow says no job failed."""
-    target = project / "results/tiny/flash_attention/correctness.parquet"
-    job_log = project / "results/tiny/logs/flash_attention/correctness.log"
-    job_log.unlink(missing_ok=True)
-    out = tmp_path / "snakemake.out"
-    with out.open("w") as sink:
-        proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--cores", "1", "--forcerun",
-                                 "flash_attention", "--", str(target.relative_to(project))],
-                                cwd=project, env=runs_in(project), stdout=sink, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 300
-        while not (job_log.exists() and "backend=" in job_log.read_text()):  # the job is computing
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGTERM)  # to Snakemake alone, as a scheduler or `kill` sends it
-        proc.wait(timeout=300)
-    text = out.read_text()
-    assert proc.returncode != 0 and "did not complete successfully" in text
-    assert "No job failed: Snakemake was stopped" in text and "A job failed" not in text
-    assert pd.read_parquet(target)["status"].eq("ok").all()
-    assert not set(planned(project)) & EXPERIMENT_RULES  # the table stands: no experiment to run again
-
-
-def test_two_runs_at_once_write_only_their_own_results(project):
-    procs = [subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--config", f"run={name}",
-                               "--cores", "1", "--", f"results/{name}/softmax/bug.parquet"],
-                              cwd=project, env=runs_in(project), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for name in ("left", "right")]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
-    for name in ("left", "right"):
-        assert sorted(p.name for p in (project / "results" / name).rglob("*.parquet")) == ["bug.parquet"]
-
-
-def test_an_unreadable_table_is_named_and_made_again_and_blocks_no_plan(project):
-    """A truncated table in this machine's run: the plan names it and reruns it (and only it, with what
-    reads it); afterwards everything is current again."""
-    bug = project / "results/tiny/softmax/bug.parquet"
-    bug.write_bytes(bug.read_bytes()[:100])
-    done = smk(project, "-n")
-    assert f"{bug.relative_to(project)} cannot be read as a table" in done.stderr and "it is made again" in done.stderr
-    assert {r: n for r, n in job_stats(done.stdout).items() if r in EXPERIMENT_RULES} == {"softmax": 1}
-    smk(project, "--cores", "2")
-    assert planned(project) == {}
-
-
-def test_an_unreadable_table_of_another_machine_leaves_its_claims_not_settled(project, tmp_path):
-    """A copy of the committed GPU run with one table cut short: this machine cannot remake it, so the
-    plan says so, draws none of its figures, and still builds the report."""
-    run = project / "results/h200copy"
-    for table in (ROOT / "results/nvidia-h200").glob("*/*.parquet"):
-        (run / table.parent.name).mkdir(parents=True, exist_ok=True)
-        (run / table.parent.name / table.name).write_bytes(table.read_bytes())
-    bug = run / "softmax/bug.parquet"
-    bug.write_bytes(bug.read_bytes()[:100])
-    done = smk(project, "-n", "--config", "run=h200copy")
-    assert "softmax/bug.parquet cannot be read as a table" in done.stderr and "not settled" in done.stderr
-    plan = job_stats(done.stdout)
-    assert plan.get("report") == 1 and "figure_softmax_bug" not in plan and not set(plan) & EXPERIMENT_RULES
-
-
-DYING_BUG = b'''
-
-@experiment()
-def bug(s: dict) -> list[dict]:  # injected by a test: this experiment's process dies by a fault
-    import os, signal
-    os.kill(os.getpid(), signal.SIGSEGV)
-'''
-
-
-def test_an_experiment_that_dies_by_a_signal_leaves_a_failed_table_and_the_run_goes_on(project):
-    tiny = project / "results/tiny"
-    unit = project / "workflow/lab/units/softmax.py"
-    original = unit.read_bytes()
-    unit.write_bytes(original + DYING_BUG)
-    try:
-        done = smk(project, "--cores", "2", "results/tiny/report.md")
-    finally:
-        unit.write_bytes(original)
-    assert "1 experiment(s) failed: softmax/bug" in done.stderr
-    bug = pd.read_parquet(tiny / "softmax/bug.parquet")
-    assert list(bug["status"]) == ["failed"] and "died by SIGSEGV" in bug["error"].iloc[0]
-    assert "DIED by SIGSEGV" in (tiny / "logs/softmax/bug.log").read_text()
-    assert report_rows(project)[6][4].strip() == "not settled"
-    smk(project, "--cores", "2")  # retried, and then all is as before
-    assert report_rows(project)[6][4].strip() == "reproduced"
-
-
-def test_a_run_from_another_folder_is_refused_saying_where_to_run(project, tmp_path):
-    done = subprocess.run([*SNAKEMAKE, "-n", "-s", str(project / "Snakefile")], cwd=tmp_path,
-                          env=runs_in(project), capture_output=True, text=True, timeout=300)
-    assert done.returncode != 0 and f"run snakemake in the project's folder ({project})" in done.stdout + done.stderr

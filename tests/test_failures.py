@@ -1,0 +1,182 @@
+"""When something fails, on a tiny-config run in a temporary copy of the project: an experiment that raises
+or dies by a signal fails alone and is retried; an interrupted run (SIGINT, SIGKILL, SIGTERM) leaves no table
+that reads as complete; a restored old table is rerun whatever Snakemake's records say; an unreadable table
+is named and made again (or, in another machine's run, leaves its claims not settled); two runs at once
+write only their own folders; a run from another folder is refused."""
+import os
+import signal
+import subprocess
+import time
+
+import pandas as pd
+import pytest
+from conftest import runs_in
+from pipeline import EXPERIMENT_RULES, ROOT, SNAKEMAKE, digests, job_stats, planned, report_rows, smk
+
+
+def test_a_restored_old_table_is_rerun_even_where_snakemake_has_records_of_it(project, tmp_path):
+    """Snakemake skips an input whose checksum matches its record; the fingerprint still catches the table."""
+    bug = project / "results/tiny/softmax/bug.parquet"
+    seed0 = tmp_path / "bug-seed0.parquet"
+    seed0.write_bytes(bug.read_bytes())
+    target = ["--", "results/tiny/softmax/bug.parquet"]
+    smk(project, "--cores", "1", "--config", "seed=1", *target)
+    bug.write_bytes(seed0.read_bytes())  # the seed-0 table back, under seed=1
+    assert job_stats(smk(project, "-n", "--config", "seed=1", *target).stdout).get("softmax") == 1
+    smk(project, "--cores", "1", "--config", "seed=1", *target)  # the stale table is rerun, once:
+    assert "Nothing to be done" in smk(project, "-n", "--config", "seed=1", *target).stdout  # its marker recorded
+    smk(project, "--cores", "1")  # back at seed 0: its records say seed=1, so it reruns, and then all is current
+    assert planned(project) == {}
+
+
+# --- failures cost nothing ------------------------------------------------------------------------------------
+
+FAILING_BUG = b'''
+
+@experiment()
+def bug(s: dict) -> list[dict]:  # injected by a test: this experiment raises
+    raise RuntimeError("injected failure")
+'''
+
+
+def test_a_failing_experiment_fails_only_its_own_claims(project):
+    tiny = project / "results/tiny"
+    experiments = project / "workflow/lab/units/softmax.py"
+    original = experiments.read_bytes()
+    others = {k: v for k, v in digests(tiny).items() if not k.startswith("softmax/")}
+    experiments.write_bytes(original + FAILING_BUG)
+    try:
+        done = smk(project, "--cores", "2")
+    finally:
+        experiments.write_bytes(original)
+    assert "1 experiment(s) failed: softmax/bug" in done.stderr
+    bug = pd.read_parquet(tiny / "softmax/bug.parquet")
+    assert list(bug["status"]) == ["failed"] and "injected failure" in bug["error"].iloc[0]
+    assert {k: v for k, v in digests(tiny).items() if not k.startswith("softmax/")} == others  # the rest stand
+    rows = report_rows(project)
+    for claim in (5, 6, 7, 8, 16, 19):  # the claims softmax/bug settles, and only those
+        assert rows[claim][4].strip() == "not settled" and "softmax/bug job failed" in rows[claim][3]
+    assert rows[1][4].strip() == "reproduced" and rows[4][4].strip() == "reproduced"
+    assert (tiny / "figures/softmax_bug.png").exists()  # a placeholder that says why
+    # The failed table is retried on the next run, and then all is as before.
+    assert planned(project).get("softmax") == 1  # that table alone: only its experiment's code changed back
+    smk(project, "--cores", "2")
+    assert report_rows(project)[6][4].strip() == "reproduced"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_an_interrupted_run_leaves_no_table_that_reads_as_complete(project, sig):
+    target = project / "results/tiny/flash_attention/correctness.parquet"
+    job_log = project / "results/tiny/logs/flash_attention/correctness.log"
+    job_log.unlink(missing_ok=True)
+    proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--cores", "1", "--forcerun",
+                             "flash_attention", "--", str(target.relative_to(project))],
+                            cwd=project, env=runs_in(project), start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not (job_log.exists() and "backend=" in job_log.read_text()):  # the job is computing
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    os.killpg(proc.pid, sig)
+    proc.wait(timeout=120)
+    assert not target.exists()  # Snakemake removed the old table before the job; no new one was finished
+    if sig == signal.SIGKILL:  # nothing could clean up: the directory lock stays until --unlock
+        smk(project, "--unlock")
+    smk(project, "--cores", "1", "--rerun-incomplete")
+    assert pd.read_parquet(target)["status"].eq("ok").all()
+    assert planned(project) == {}
+
+
+def test_sigterm_to_snakemake_lets_the_running_job_finish_and_says_that_none_failed(project, tmp_path):
+    """Snakemake stops gracefully on SIGTERM: the running job completes its table, and Snakemake still ends
+    with 'At least one job did not complete successfully'; the workflow says no job failed."""
+    target = project / "results/tiny/flash_attention/correctness.parquet"
+    job_log = project / "results/tiny/logs/flash_attention/correctness.log"
+    job_log.unlink(missing_ok=True)
+    out = tmp_path / "snakemake.out"
+    with out.open("w") as sink:
+        proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--cores", "1", "--forcerun",
+                                 "flash_attention", "--", str(target.relative_to(project))],
+                                cwd=project, env=runs_in(project), stdout=sink, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while not (job_log.exists() and "backend=" in job_log.read_text()):  # the job is computing
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)  # to Snakemake alone, as a scheduler or `kill` sends it
+        proc.wait(timeout=300)
+    text = out.read_text()
+    assert proc.returncode != 0 and "did not complete successfully" in text
+    assert "No job failed: Snakemake was stopped" in text and "A job failed" not in text
+    assert pd.read_parquet(target)["status"].eq("ok").all()
+    assert not set(planned(project)) & EXPERIMENT_RULES  # the table stands: no experiment to run again
+
+
+def test_two_runs_at_once_write_only_their_own_results(project):
+    procs = [subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--config", f"run={name}",
+                               "--cores", "1", "--", f"results/{name}/softmax/bug.parquet"],
+                              cwd=project, env=runs_in(project), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for name in ("left", "right")]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    for name in ("left", "right"):
+        assert sorted(p.name for p in (project / "results" / name).rglob("*.parquet")) == ["bug.parquet"]
+
+
+def test_an_unreadable_table_is_named_and_made_again_and_blocks_no_plan(project):
+    """A truncated table in this machine's run: the plan names it and reruns it (and only it, with what
+    reads it); afterwards everything is current again."""
+    bug = project / "results/tiny/softmax/bug.parquet"
+    bug.write_bytes(bug.read_bytes()[:100])
+    done = smk(project, "-n")
+    assert f"{bug.relative_to(project)} cannot be read as a table" in done.stderr and "it is made again" in done.stderr
+    assert {r: n for r, n in job_stats(done.stdout).items() if r in EXPERIMENT_RULES} == {"softmax": 1}
+    smk(project, "--cores", "2")
+    assert planned(project) == {}
+
+
+def test_an_unreadable_table_of_another_machine_leaves_its_claims_not_settled(project, tmp_path):
+    """A copy of the committed GPU run with one table cut short: this machine cannot remake it, so the
+    plan says so, draws none of its figures, and still builds the report."""
+    run = project / "results/h200copy"
+    for table in (ROOT / "results/nvidia-h200").glob("*/*.parquet"):
+        (run / table.parent.name).mkdir(parents=True, exist_ok=True)
+        (run / table.parent.name / table.name).write_bytes(table.read_bytes())
+    bug = run / "softmax/bug.parquet"
+    bug.write_bytes(bug.read_bytes()[:100])
+    done = smk(project, "-n", "--config", "run=h200copy")
+    assert "softmax/bug.parquet cannot be read as a table" in done.stderr and "not settled" in done.stderr
+    plan = job_stats(done.stdout)
+    assert plan.get("report") == 1 and "figure_softmax_bug" not in plan and not set(plan) & EXPERIMENT_RULES
+
+
+DYING_BUG = b'''
+
+@experiment()
+def bug(s: dict) -> list[dict]:  # injected by a test: this experiment's process dies by a fault
+    import os, signal
+    os.kill(os.getpid(), signal.SIGSEGV)
+'''
+
+
+def test_an_experiment_that_dies_by_a_signal_leaves_a_failed_table_and_the_run_goes_on(project):
+    tiny = project / "results/tiny"
+    unit = project / "workflow/lab/units/softmax.py"
+    original = unit.read_bytes()
+    unit.write_bytes(original + DYING_BUG)
+    try:
+        done = smk(project, "--cores", "2", "results/tiny/report.md")
+    finally:
+        unit.write_bytes(original)
+    assert "1 experiment(s) failed: softmax/bug" in done.stderr
+    bug = pd.read_parquet(tiny / "softmax/bug.parquet")
+    assert list(bug["status"]) == ["failed"] and "died by SIGSEGV" in bug["error"].iloc[0]
+    assert "DIED by SIGSEGV" in (tiny / "logs/softmax/bug.log").read_text()
+    assert report_rows(project)[6][4].strip() == "not settled"
+    smk(project, "--cores", "2")  # retried, and then all is as before
+    assert report_rows(project)[6][4].strip() == "reproduced"
+
+
+def test_a_run_from_another_folder_is_refused_saying_where_to_run(project, tmp_path):
+    done = subprocess.run([*SNAKEMAKE, "-n", "-s", str(project / "Snakefile")], cwd=tmp_path,
+                          env=runs_in(project), capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and f"run snakemake in the project's folder ({project})" in done.stdout + done.stderr
