@@ -25,7 +25,12 @@ def candidates(n: int, direction: str) -> dict:
     """label -> keyword arguments of sm._forward / sm._backward: the defaults, and (forward) the grid
     they were chosen from. Also tried on the H200 and dropped, as slower: eviction_policy="evict_first",
     persistent programs looping over tiles (num_stages 1 and 2), and a split path that does not run a
-    row ahead."""
+    row ahead. Dropped later (H200, triton 3.6, fractions of copy): for bf16 rows of 32768 columns
+    (0.79 with the rows path and 16 warps), a rows kernel that keeps x in bf16 and computes exp twice
+    (0.60-0.75 with 4-32 warps) and the split path (0.61-0.68, chunks of 2048-8192, 4-16 warps). Kept
+    from the same sweep: 4 warps up to 4096-element tiles (bf16 at 4096 columns 0.81 -> 0.97), the
+    backward's rows path to 32768 columns with 8 warps (bf16 0.58 -> 0.99, fp32 0.80 -> 0.97), and a
+    warp per KiB of chunk on the split backward (bf16 at 65536 columns 0.57 -> 0.81)."""
     out = {"default": {}}
     if direction == "backward":
         return out
