@@ -10,8 +10,8 @@ Conventions:
 - seq_q may differ from seq_k; any length >= 1; head_dim 16..256, powers of two or not.
 - causal=True aligns the mask to the bottom-right corner (as FlashAttention >= 2.1 and KV caches do):
   query i sees key j iff j <= i + seq_k - seq_q. With seq_q > seq_k the first seq_q - seq_k rows see no
-  key at all; their output (and gradient) is zero, as is that of a row whose every score is -inf (-inf
-  in the input), as SDPA gives.
+  key at all; their output (and gradient) is zero. The output of a row whose every score is -inf (-inf
+  in the input) is zero too, as SDPA gives.
 - Softmax in base 2: scores are pre-multiplied by sm_scale * log2(e) and exp2 is used; the stored
   log-sum-exp (for the backward) is in that base too.
 - fp16/bf16 inputs use tensor cores with fp32 accumulation; fp32 inputs use TF32 on the GPU
