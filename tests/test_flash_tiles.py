@@ -208,7 +208,7 @@ def test_a_call_shaped_like_an_earlier_one_is_still_refused_where_its_arguments_
     flash_attention(q, k, v)
     for bad, err in (((q, k, v, 1), TypeError), ((q, k, v, "no"), TypeError), ((q, k, v, False, -1.0), ValueError),
                      ((q, k.half(), v), TypeError), ((q, k, v[..., :16]), ValueError), ((q, k, v[:, :1]), ValueError),
-                     ((q.numpy(), k, v), TypeError), ((q, k, v, False, True), TypeError)):
+                     ((q.cpu().numpy(), k, v), TypeError), ((q, k, v, False, True), TypeError)):
         with pytest.raises(err):
             flash_attention(*bad)
     torch.testing.assert_close(flash_attention(q, k, v, False, 0.5), flash_attention_ref(q, k, v, sm_scale=0.5),
