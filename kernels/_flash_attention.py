@@ -27,7 +27,7 @@ import torch
 
 from . import _checks, _flash_tiles, backend
 from ._flash_tiles import Tile, bucket
-from ._launch import DirectLaunch, Prepared, aligned
+from ._launch import DirectLaunch, Prepared, _aligned
 from ._triton import tl, triton
 
 __all__ = ["flash_attention", "flash_attention_ref", "tiles_in_use"]
@@ -586,9 +586,9 @@ class _Plan:
 
     def forward(self, q, k, v, store_lse: bool = True):
         f = self.forwards.get(store_lse)
-        if f is None or (f.tma and not aligned((q, k, v))):  # the TMA kernel needs 16-byte aligned bases
+        if f is None or (f.tma and not _aligned((q, k, v))):  # the TMA kernel needs 16-byte aligned bases
             f = _Forward(q, k, v, self.causal, self.sm_scale, store_lse)
-            if f.final and aligned((q, k, v)):  # a misaligned first call would deny later ones the TMA kernel
+            if f.final and _aligned((q, k, v)):  # a misaligned first call would deny later ones the TMA kernel
                 self.forwards[store_lse] = f
         _last["fwd"] = f.tile
         return f(q, k, v)

@@ -86,7 +86,7 @@ class DirectLaunch:
         """Launch, through Triton unless this specialization was compiled before; returns ((the compiled
         kernel, its constexprs in order), the device) when a later call may launch it directly, else None."""
         key = None
-        if enabled() and aligned(tensors):
+        if enabled() and _aligned(tensors):
             device = _device()
             key = (device, *(t.dtype for t in tensors), *numbers, *sorted(consts.items()))
             hit = self._compiled.get(key)
@@ -119,7 +119,7 @@ class Prepared:
 
     @serialized
     def __call__(self, *tensors) -> None:
-        if self._runner is not None and enabled() and aligned(tensors) and _device() == self._device:
+        if self._runner is not None and enabled() and _aligned(tensors) and _device() == self._device:
             self._runner(*tensors, *self._arguments, stream=_stream(self._device))
             return
         found = self.direct._launch(self.programs, tensors, self.numbers, self.consts)
@@ -129,7 +129,7 @@ class Prepared:
             self._arguments = (*self.numbers, *constexprs)
 
 
-def aligned(tensors) -> bool:
+def _aligned(tensors) -> bool:
     """Is every pointer 16-byte aligned, as Triton assumes of the kernels it compiled for such pointers?"""
     for t in tensors:
         if t.data_ptr() % 16:
