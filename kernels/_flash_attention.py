@@ -573,6 +573,11 @@ class _Backward:
         return dq, dk, dv
 
 
+def _scale(head_dim: int, sm_scale) -> float:
+    """The softmax scale: sm_scale, or 1/sqrt(head_dim) by default."""
+    return 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+
+
 class _Plan:
     """What calls of one shape (shapes, strides, dtypes, devices, causal, sm_scale as given) share, made
     as they first need it: a forward per ``store_lse``, a backward per (dO's and O's strides, backward
@@ -580,7 +585,7 @@ class _Plan:
 
     def __init__(self, head_dim: int, causal: bool, sm_scale: float | None):
         self.causal = causal
-        self.sm_scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+        self.sm_scale = _scale(head_dim, sm_scale)
         self.forwards: dict[bool, _Forward] = {}
         self.backwards: dict[tuple, _Backward] = {}
 
@@ -620,13 +625,18 @@ def _key(q, k, v, causal, sm_scale):
     return None
 
 
-def _plan(q, k, v, causal: bool, sm_scale: float | None) -> _Plan:
-    """The plan for these checked arguments, made if it is the first call of their shape."""
+def _known(key) -> _Plan | None:
+    """The plan an earlier call with this key made since the last pin() or forget(), if any."""
     if _plans_generation[0] != _flash_tiles.generation:
         _plans.clear()
         _plans_generation[0] = _flash_tiles.generation
+    return _plans.get(key)
+
+
+def _plan(q, k, v, causal: bool, sm_scale: float | None) -> _Plan:
+    """The plan for these checked arguments, made if it is the first call of their shape."""
     key = _key(q, k, v, causal, sm_scale)
-    plan = _plans.get(key)
+    plan = _known(key)
     if plan is None:
         plan = _Plan(q.shape[-1], causal, sm_scale)
         if key is not None:
@@ -735,8 +745,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """
     # A call shaped like an earlier one (same shapes, strides, dtypes, devices, causal and sm_scale) passed
     # the same checks then: its plan is all it needs.
-    plan = None if torch.compiler.is_compiling() else _plans.get(_key(q, k, v, causal, sm_scale))
-    if plan is None or _plans_generation[0] != _flash_tiles.generation:
+    plan = None if torch.compiler.is_compiling() else _known(_key(q, k, v, causal, sm_scale))
+    if plan is None:
         _check(q, k, v, sm_scale)
         causal = _checks.flag(causal, "causal")
         sm_scale = None if sm_scale is None else float(sm_scale)
@@ -745,8 +755,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         # instead; autograd sums its gradient back through the expand.
         q, k, v = (t.contiguous() if _repeats_memory(t) else t for t in (q, k, v))
         if torch.compiler.is_compiling():
-            scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
-            return _forward_op(q, k, v, causal, scale)[0]
+            return _forward_op(q, k, v, causal, _scale(q.shape[-1], sm_scale))[0]
         plan = _plan(q, k, v, causal, sm_scale)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _FlashAttention.apply(q, k, v, plan)
@@ -798,7 +807,7 @@ def flash_attention_ref(q, k, v, causal: bool = False, sm_scale: float | None = 
     """Plain attention in ``dtype`` (fp32 by default) with the same conventions as flash_attention: rows
     that see no key (causal, seq_q > seq_k) or whose every score is -inf are zero, as in SDPA; NaN and
     inf elsewhere in the inputs propagate as in SDPA."""
-    sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    sm_scale = _scale(q.shape[-1], sm_scale)
     s = (q.to(dtype) @ k.to(dtype).transpose(-1, -2)) * sm_scale
     if causal:
         s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
