@@ -45,21 +45,27 @@ CANDIDATES = {
     # dk/dv: a program keeps BLOCK_N keys and streams query tiles past them; dq: the other way round
     "bwd_dkdv": [(64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
     "bwd_dq": [(128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 128, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
-    # the one-pass backward (KERNELS_FLASH_BACKWARD=one_pass): the dk/dv kernel adding dQ; FlashAttention-3's
-    # sm_90 tile first (slower than two_pass so far: tune_flash.py's docstring)
-    "bwd_one_pass": [(64, 128, 8, 3), (64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
+    # the one-pass backward (KERNELS_FLASH_BACKWARD=one_pass): the dk/dv kernel adding dQ (on Hopper the TMA
+    # kernel); FlashAttention-3's sm_90 tile first, then the one that won at head_dim 64
+    "bwd_one_pass": [(64, 128, 8, 3), (64, 64, 4, 3), (64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2),
+                     (32, 32, 4, 1)],
 }  # from workflow/scripts/tune_flash.py on the H200: the tiles that won or came close at some shape
 SHARED_BUDGET = 180 * 1024  # of Hopper's 227 KiB per block, leaving room for what the estimate omits
-WS_BUDGET = 220 * 1024  # the TMA kernel's estimate is close to what it allocates
+WS_BUDGET = 220 * 1024  # the TMA forward's estimate is close to what it allocates
+ONE_PASS_TMA_BUDGET = 200 * 1024  # the TMA backward allocates up to ~9% more than its estimate (214040 B at 64x128/s3)
 
 
-def fits(kind: str, tile: Tile, block_d: int, element_size: int) -> bool:
+def fits(kind: str, tile: Tile, block_d: int, element_size: int, tma: bool = False) -> bool:
     """Would this tile fit in shared memory? An estimate (the test compiles every candidate for sm_90 to
     check): the rows a program keeps, plus ``stages - 1`` buffers of the two tiles it streams (K and V,
-    or Q and dO); the TMA kernel buffers every stage and stages P for the second dot (197112 B
-    allocated at 128x128/s2, head_dim 128, bf16, against 196608 estimated)."""
+    or Q and dO); the TMA forward buffers every stage and stages P for the second dot (197112 B
+    allocated at 128x128/s2, head_dim 128, bf16, against 196608 estimated); the TMA backward (``tma``)
+    buffers every stage and stages each fp32 dQ tile for its reduce-add."""
     keys_kept = kind in ("bwd_dkdv", "bwd_one_pass")
     kept, streamed = (tile.block_n, tile.block_m) if keys_kept else (tile.block_m, tile.block_n)
+    if kind == "bwd_one_pass" and tma:
+        need = (2 * kept + tile.stages * 2 * streamed) * block_d * element_size + streamed * block_d * 4
+        return need <= ONE_PASS_TMA_BUDGET
     if tile.ws:
         need = (kept + tile.stages * 2 * streamed) * block_d + tile.block_m * tile.block_n
         return need * element_size <= WS_BUDGET
@@ -69,11 +75,11 @@ def fits(kind: str, tile: Tile, block_d: int, element_size: int) -> bool:
 
 def candidates(kind: str, block_d: int, element_size: int, interpreter: bool, tma: bool = False) -> list[Tile]:
     """The tiles kernel ``kind`` may run with at this head dim and precision, in order of preference;
-    ``tma``: the warp-specialized TMA tiles are among them."""
+    ``tma``: the TMA kernel runs (for fwd, its warp-specialized tiles are among them)."""
     if interpreter:  # one small tile: the interpreter's cost is per program
         return [Tile(32, 32, 4, 1)]
     tiles = [Tile(*t) for t in CANDIDATES[kind] if not t[4:] or (tma and block_d == 128)]  # where it paid
-    return [t for t in tiles if fits(kind, t, block_d, element_size)] or tiles[-1:]
+    return [t for t in tiles if fits(kind, t, block_d, element_size, tma)] or tiles[-1:]
 
 
 # Sequence lengths are not specialized on (Triton would otherwise compile again when a length's
@@ -340,6 +346,74 @@ def _flash_bwd_dkdv_kernel(
 
 
 @_jit
+def _flash_bwd_tma_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    n_heads, seq_q, seq_k, sm_scale, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_Q: tl.constexpr,
+):
+    # The one-pass backward on Hopper (FlashAttention-3's scheme): _flash_bwd_dkdv_kernel with ADD_DQ,
+    # but every tile moved by the tensor-memory accelerator, one 2-D descriptor per head (rows past a
+    # head's length arrive as zeros and are never written), and each query tile's share of dQ added to
+    # the fp32 buffer by one TMA reduce-add instead of BLOCK_M * BLOCK_D atomics. One loop, masked
+    # throughout unless no tile needs it (EVEN_Q: not causal and seq_q a multiple of BLOCK_M).
+    # The caller guarantees a unit stride in head_dim and 16-byte aligned bases and strides (_tma_ready).
+    MASK: tl.constexpr = CAUSAL or not EVEN_Q
+    start_n, bh = _tile_and_head(seq_k, BLOCK_N)
+    b = (bh // n_heads).to(tl.int64)
+    h = (bh % n_heads).to(tl.int64)
+    q_desc = tl.make_tensor_descriptor(q_ptr + b * stride_qb + h * stride_qh, shape=[seq_q, HEAD_DIM],
+                                       strides=[stride_qm, 1], block_shape=[BLOCK_M, BLOCK_D])
+    do_desc = tl.make_tensor_descriptor(do_ptr + b * stride_dob + h * stride_doh, shape=[seq_q, HEAD_DIM],
+                                        strides=[stride_dom, 1], block_shape=[BLOCK_M, BLOCK_D])
+    k_desc = tl.make_tensor_descriptor(k_ptr + b * stride_kb + h * stride_kh, shape=[seq_k, HEAD_DIM],
+                                       strides=[stride_kn, 1], block_shape=[BLOCK_N, BLOCK_D])
+    v_desc = tl.make_tensor_descriptor(v_ptr + b * stride_vb + h * stride_vh, shape=[seq_k, HEAD_DIM],
+                                       strides=[stride_vn, 1], block_shape=[BLOCK_N, BLOCK_D])
+    dk_desc = tl.make_tensor_descriptor(dk_ptr + b * stride_kb + h * stride_kh, shape=[seq_k, HEAD_DIM],
+                                        strides=[stride_kn, 1], block_shape=[BLOCK_N, BLOCK_D])
+    dv_desc = tl.make_tensor_descriptor(dv_ptr + b * stride_vb + h * stride_vh, shape=[seq_k, HEAD_DIM],
+                                        strides=[stride_vn, 1], block_shape=[BLOCK_N, BLOCK_D])
+    row_base = bh.to(tl.int64) * seq_q
+    dq_desc = tl.make_tensor_descriptor(dq_acc_ptr + row_base * BLOCK_D, shape=[seq_q, BLOCK_D],
+                                        strides=[BLOCK_D, 1], block_shape=[BLOCK_M, BLOCK_D])
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    k = k_desc.load([start_n, 0])  # keys past seq_k arrive as 0: they add 0 to dQ, and dK/dV clip them
+    v = v_desc.load([start_n, 0])
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+
+    causal_offset = seq_k - seq_q
+    lo = 0
+    if CAUSAL:  # query i sees key j iff i >= j - causal_offset
+        lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
+    for start_m in tl.range(lo, seq_q, BLOCK_M):
+        rows = start_m + offs_m
+        q = q_desc.load([start_m, 0])
+        do = do_desc.load([start_m, 0])
+        if MASK:  # rows past seq_q: lse +inf, so p = 0
+            lse = tl.load(lse_ptr + row_base + rows, mask=rows < seq_q, other=float("inf"))
+            delta = tl.load(delta_ptr + row_base + rows, mask=rows < seq_q, other=0.0)
+        else:
+            lse = tl.load(lse_ptr + row_base + rows)
+            delta = tl.load(delta_ptr + row_base + rows)
+        p_t = tl.math.exp2(tl.dot(k, q.T) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
+        if CAUSAL:
+            p_t = tl.where(offs_n[:, None] <= rows[None, :] + causal_offset, p_t, 0.0)
+        dv = tl.dot(p_t.to(do.dtype), do, dv)
+        ds_t = p_t * (tl.dot(v, do.T) - delta[None, :])
+        dk = tl.dot(ds_t.to(q.dtype), q, dk)
+        dq_desc.atomic_add([start_m, 0], tl.dot(ds_t.to(k.dtype).T, k))  # scaled once, after all adds
+    dk_desc.store([start_n, 0], (dk * sm_scale).to(dk_ptr.dtype.element_ty))
+    dv_desc.store([start_n, 0], dv.to(dv_ptr.dtype.element_ty))
+
+
+@_jit
 def _flash_bwd_dq_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
@@ -530,17 +604,28 @@ class _Backward:
         def dq_of(tile: Tile) -> Prepared:
             return _prepare(_flash_bwd_dq_kernel, _cdiv(seq_q, tile.block_m) * batch * heads, numbers, consts, tile)
 
+        # the one-pass backward on Hopper: the TMA kernel, for inputs it can address
+        self.tma = kind == "one_pass" and _tma_ready(q, k, v, do)
+
+        def one_pass(tile: Tile) -> Prepared:
+            if self.tma:
+                return _prepare(_flash_bwd_tma_kernel, _cdiv(seq_k, tile.block_n) * batch * heads, numbers,
+                                {**consts, "EVEN_Q": not causal and seq_q % tile.block_m == 0}, tile)
+            return dkdv(tile, True)
+
         delta, dq, dk, dv = self._outputs(q, k, v, lse)  # for tuning, which runs on these tensors
         self.delta(o, do, delta)
         if kind == "one_pass":
             dq_acc = self._accumulator(q)
+            if self.tma:
+                _ensure_allocator()
 
             def run(tile: Tile):
                 dq_acc.zero_()  # in the timed call too: tuning runs it more than once
-                dkdv(tile, True)(q, k, v, do, lse, delta, dk, dv, dq_acc)
+                one_pass(tile)(q, k, v, do, lse, delta, dk, dv, dq_acc)
 
-            self.tiles = {"bwd_one_pass": _tile("bwd_one_pass", q, seq_q, seq_k, block_d, causal, run)}
-            self.dkdv = dkdv(self.tiles["bwd_one_pass"], True)
+            self.tiles = {"bwd_one_pass": _tile("bwd_one_pass", q, seq_q, seq_k, block_d, causal, run, self.tma)}
+            self.dkdv = one_pass(self.tiles["bwd_one_pass"])
         else:
             self.tiles = {
                 "bwd_dkdv": _tile("bwd_dkdv", q, seq_q, seq_k, block_d, causal,
@@ -565,6 +650,8 @@ class _Backward:
         self.delta(o, do, delta)
         if self.kind == "one_pass":
             dq_acc = self._accumulator(q)
+            if self.tma:
+                _ensure_allocator()
             self.dkdv(q, k, v, do, lse, delta, dk, dv, dq_acc)
             dq.copy_(dq_acc[..., :q.shape[-1]].mul_(self.sm_scale))
         else:
@@ -653,7 +740,8 @@ BACKWARDS = ("two_pass", "one_pass")
 def backward_kind() -> str:
     """Which backward runs (``KERNELS_FLASH_BACKWARD``, read at each call): 'two_pass' (the default;
     deterministic: a dK/dV kernel and a dQ kernel, each owning what it writes) or 'one_pass' (one kernel
-    adds dQ with fp32 atomics: two fewer matmuls per tile pair, bits that vary from run to run)."""
+    adds dQ, by TMA reduce-adds of whole tiles on Hopper (_flash_bwd_tma_kernel) or fp32 atomics elsewhere:
+    two fewer matmuls per tile pair, bits that vary from run to run)."""
     kind = os.environ.get(BACKWARD_ENV, "two_pass")
     if kind not in BACKWARDS:
         raise ValueError(f"{BACKWARD_ENV} must be one of {', '.join(BACKWARDS)}, got {kind!r}")

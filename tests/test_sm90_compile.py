@@ -64,3 +64,16 @@ def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store
                                           BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, EVEN_K=even_k),
                                      tile.warps, tile.stages)
         assert shared <= HOPPER_SHARED_PER_BLOCK, f"{tile}: {shared} B"
+
+
+@pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 128), (torch.float16, 64), (torch.bfloat16, 256)])
+def test_every_tile_of_the_tma_one_pass_backward_fits(dtype, head_dim):
+    """The one-pass backward's TMA kernel buffers every stage and stages each fp32 dQ tile: fits(tma=True)
+    must admit only tiles that compile within Hopper's limit."""
+    tiles = fa.candidates("bwd_one_pass", head_dim, torch.empty(0, dtype=dtype).element_size(), interpreter=False, tma=True)
+    for tile in tiles:
+        shared = shared_memory_bytes("kernels._flash_attention", "_flash_bwd_tma_kernel",
+                                     arg_types("_flash_bwd_tma_kernel", 9, ELT[dtype]),
+                                     dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False,
+                                          BLOCK_M=tile.block_m, BLOCK_N=tile.block_n), tile.warps, tile.stages)
+        assert shared <= HOPPER_SHARED_PER_BLOCK, f"{tile}: {shared} B"

@@ -23,6 +23,26 @@ The one-pass backward (KERNELS_FLASH_BACKWARD=one_pass: the dk/dv kernel adds dQ
 same setup, forward+backward TFLOP/s at S = 4096: 362 against 386 for the default two-pass backward at
 head_dim 128, 288 against 319 causal. So the atomics cost more than the two matmuls they save, and
 two_pass stays the default; TMA reduce-adds of whole dQ tiles are the next thing to try.
+
+The backward, second round (same setup; forward+backward TFLOP/s, do_bench medians, each variant beside
+cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless named):
+- kept, behind KERNELS_FLASH_BACKWARD=one_pass on Hopper: _flash_bwd_tma_kernel, every tile moved by TMA
+  and each dQ tile added by one TMA reduce-add (cp.reduce.async.bulk), 64x128/w8/s3 (64x64/w4/s3 at
+  head_dim 64). Against two_pass with the tiles it had tuned: head_dim 128 382 vs 369, 421 vs 398 at
+  S = 16384, causal 296 vs 312, 370 vs 335 at S = 16384 causal; head_dim 64 351 vs 336, causal 246 vs 273;
+  cuDNN 511, 547, 446, 530, 421, 355 at those points. Every candidate tile met the fp64 reference on the
+  H200 (lengths 1..1000 and unequal, head_dim 64/80/128, strided). The pointer kernel with only the dQ
+  reduce-add by TMA gave 388 (S = 4096) and 424 (S = 16384).
+- not kept: both kinds of program in one launch, FlexAttention's scheme (dK/dV programs first, dQ
+  programs after, 64x128/w8/s2-3): 390 vs 385 at head_dim 128, 408 vs 405 at S = 16384, 312 vs 315
+  causal, 296 vs 315 at head_dim 64: within noise or slower. Splitting every loop into unmasked tiles
+  and masked ones (the forward's scheme) and running the longest causal programs first: 385 vs 375
+  and 385 vs 396 (S = 16384) with the same tiles, within noise. Warp specialization of the TMA
+  backward's loop: at 8 warps Triton did not specialize it (the same times as without), at 4 warps
+  Triton 3.9's warp-specialization pass fails to compile it; 128x128 tiles need 296 KB of shared memory.
+  So the gap to cuDNN (0.72-0.77 at head_dim 128) is not the masks, the launches or the dQ additions:
+  the next step is a backward whose loop Triton warp-specializes (producer / consumer groups), as the
+  forward's is.
 """
 from __future__ import annotations
 
