@@ -42,8 +42,11 @@ CANDIDATES = {
     # address (_tma_ready); 128x64/w4/s3 and 3 stages at 64x64 returned NaN on triton 3.6
     "fwd": [(128, 128, 4, 2, True),
             (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3), (128, 128, 8, 3), (64, 32, 4, 2), (32, 32, 4, 1)],
-    # dk/dv: a program keeps BLOCK_N keys and streams query tiles past them; dq: the other way round
-    "bwd_dkdv": [(64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
+    # dk/dv: a program keeps BLOCK_N keys and streams query tiles past them; dq: the other way round. A
+    # fifth item True: the warp-specialized TMA dK/dV kernel, for Hopper, no causal mask (wrong under one
+    # on triton 3.6), inputs it can address
+    "bwd_dkdv": [(64, 128, 4, 2, True),
+                 (64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
     "bwd_dq": [(128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 128, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
     # the one-pass backward (KERNELS_FLASH_BACKWARD=one_pass): the dk/dv kernel adding dQ (on Hopper the TMA
     # kernel); FlashAttention-3's sm_90 tile first, then the one that won at head_dim 64
@@ -67,7 +70,7 @@ def fits(kind: str, tile: Tile, block_d: int, element_size: int, tma: bool = Fal
         need = (2 * kept + tile.stages * 2 * streamed) * block_d * element_size + streamed * block_d * 4
         return need <= ONE_PASS_TMA_BUDGET
     if tile.ws:
-        need = (kept + tile.stages * 2 * streamed) * block_d + tile.block_m * tile.block_n
+        need = ((1 if kind == "fwd" else 2) * kept + tile.stages * 2 * streamed) * block_d + tile.block_m * tile.block_n
         return need * element_size <= WS_BUDGET
     rows = (1 if kind == "fwd" else 2) * kept + max(1, tile.stages - 1) * 2 * streamed
     return rows * block_d * element_size <= SHARED_BUDGET
@@ -94,6 +97,16 @@ def _tile_and_head(seq, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     tiles = tl.cdiv(seq, BLOCK)
     return (pid % tiles) * BLOCK, pid // tiles
+
+
+@triton.jit
+def _head_rows(ptr, b, h, stride_b, stride_h, stride_row, rows, HEAD_DIM: tl.constexpr,
+               BLOCK_ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+    """A tensor descriptor over one head's (rows, HEAD_DIM) matrix, in BLOCK_ROWS x BLOCK_D tiles: the TMA
+    kernels' loads and stores, which arrive as zeros (and are not written) past the head's last row and
+    past HEAD_DIM. The head dim must have a unit stride."""
+    return tl.make_tensor_descriptor(ptr + b * stride_b + h * stride_h, shape=[rows, HEAD_DIM],
+                                     strides=[stride_row, 1], block_shape=[BLOCK_ROWS, BLOCK_D])
 
 
 @triton.jit
@@ -209,14 +222,10 @@ def _flash_fwd_tma_kernel(
     start_m, bh = _tile_and_head(seq_q, BLOCK_M)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
-    q_desc = tl.make_tensor_descriptor(q_ptr + b * stride_qb + h * stride_qh, shape=[seq_q, HEAD_DIM],
-                                       strides=[stride_qm, 1], block_shape=[BLOCK_M, BLOCK_D])
-    k_desc = tl.make_tensor_descriptor(k_ptr + b * stride_kb + h * stride_kh, shape=[seq_k, HEAD_DIM],
-                                       strides=[stride_kn, 1], block_shape=[BLOCK_N, BLOCK_D])
-    v_desc = tl.make_tensor_descriptor(v_ptr + b * stride_vb + h * stride_vh, shape=[seq_k, HEAD_DIM],
-                                       strides=[stride_vn, 1], block_shape=[BLOCK_N, BLOCK_D])
-    o_desc = tl.make_tensor_descriptor(o_ptr + b * stride_ob + h * stride_oh, shape=[seq_q, HEAD_DIM],
-                                       strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_D])
+    q_desc = _head_rows(q_ptr, b, h, stride_qb, stride_qh, stride_qm, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
+    k_desc = _head_rows(k_ptr, b, h, stride_kb, stride_kh, stride_kn, seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)
+    v_desc = _head_rows(v_ptr, b, h, stride_vb, stride_vh, stride_vn, seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)
+    o_desc = _head_rows(o_ptr, b, h, stride_ob, stride_oh, stride_om, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     q = q_desc.load([start_m, 0])
@@ -354,30 +363,27 @@ def _flash_bwd_tma_kernel(
     stride_dob, stride_doh, stride_dom, stride_dod,
     n_heads, seq_q, seq_k, sm_scale, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_Q: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_Q: tl.constexpr, ADD_DQ: tl.constexpr, WS: tl.constexpr,
 ):
     # The one-pass backward on Hopper (FlashAttention-3's scheme): _flash_bwd_dkdv_kernel with ADD_DQ,
     # but every tile moved by the tensor-memory accelerator, one 2-D descriptor per head (rows past a
     # head's length arrive as zeros and are never written), and each query tile's share of dQ added to
-    # the fp32 buffer by one TMA reduce-add instead of BLOCK_M * BLOCK_D atomics. One loop, masked
-    # throughout unless no tile needs it (EVEN_Q: not causal and seq_q a multiple of BLOCK_M).
+    # the fp32 buffer by one TMA reduce-add instead of BLOCK_M * BLOCK_D atomics. Without ADD_DQ it is
+    # the two-pass backward's dK/dV kernel. WS: the query loop is warp-specialized (a producer warp group
+    # issues the copies, two consumer groups split the keys); Triton (3.9) specializes it only without
+    # ADD_DQ. One loop, masked throughout unless no tile needs it (EVEN_Q: not causal and seq_q a
+    # multiple of BLOCK_M).
     # The caller guarantees a unit stride in head_dim and 16-byte aligned bases and strides (_tma_ready).
     MASK: tl.constexpr = CAUSAL or not EVEN_Q
     start_n, bh = _tile_and_head(seq_k, BLOCK_N)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
-    q_desc = tl.make_tensor_descriptor(q_ptr + b * stride_qb + h * stride_qh, shape=[seq_q, HEAD_DIM],
-                                       strides=[stride_qm, 1], block_shape=[BLOCK_M, BLOCK_D])
-    do_desc = tl.make_tensor_descriptor(do_ptr + b * stride_dob + h * stride_doh, shape=[seq_q, HEAD_DIM],
-                                        strides=[stride_dom, 1], block_shape=[BLOCK_M, BLOCK_D])
-    k_desc = tl.make_tensor_descriptor(k_ptr + b * stride_kb + h * stride_kh, shape=[seq_k, HEAD_DIM],
-                                       strides=[stride_kn, 1], block_shape=[BLOCK_N, BLOCK_D])
-    v_desc = tl.make_tensor_descriptor(v_ptr + b * stride_vb + h * stride_vh, shape=[seq_k, HEAD_DIM],
-                                       strides=[stride_vn, 1], block_shape=[BLOCK_N, BLOCK_D])
-    dk_desc = tl.make_tensor_descriptor(dk_ptr + b * stride_kb + h * stride_kh, shape=[seq_k, HEAD_DIM],
-                                        strides=[stride_kn, 1], block_shape=[BLOCK_N, BLOCK_D])
-    dv_desc = tl.make_tensor_descriptor(dv_ptr + b * stride_vb + h * stride_vh, shape=[seq_k, HEAD_DIM],
-                                        strides=[stride_vn, 1], block_shape=[BLOCK_N, BLOCK_D])
+    q_desc = _head_rows(q_ptr, b, h, stride_qb, stride_qh, stride_qm, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
+    do_desc = _head_rows(do_ptr, b, h, stride_dob, stride_doh, stride_dom, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
+    k_desc = _head_rows(k_ptr, b, h, stride_kb, stride_kh, stride_kn, seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)
+    v_desc = _head_rows(v_ptr, b, h, stride_vb, stride_vh, stride_vn, seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)
+    dk_desc = _head_rows(dk_ptr, b, h, stride_kb, stride_kh, stride_kn, seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)  # K's strides
+    dv_desc = _head_rows(dv_ptr, b, h, stride_vb, stride_vh, stride_vn, seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)
     row_base = bh.to(tl.int64) * seq_q
     dq_desc = tl.make_tensor_descriptor(dq_acc_ptr + row_base * BLOCK_D, shape=[seq_q, BLOCK_D],
                                         strides=[BLOCK_D, 1], block_shape=[BLOCK_M, BLOCK_D])
@@ -392,7 +398,7 @@ def _flash_bwd_tma_kernel(
     lo = 0
     if CAUSAL:  # query i sees key j iff i >= j - causal_offset
         lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
-    for start_m in tl.range(lo, seq_q, BLOCK_M):
+    for start_m in tl.range(lo, seq_q, BLOCK_M, warp_specialize=WS):
         rows = start_m + offs_m
         q = q_desc.load([start_m, 0])
         do = do_desc.load([start_m, 0])
@@ -408,7 +414,8 @@ def _flash_bwd_tma_kernel(
         dv = tl.dot(p_t.to(do.dtype), do, dv)
         ds_t = p_t * (tl.dot(v, do.T) - delta[None, :])
         dk = tl.dot(ds_t.to(q.dtype), q, dk)
-        dq_desc.atomic_add([start_m, 0], tl.dot(ds_t.to(k.dtype).T, k))  # scaled once, after all adds
+        if ADD_DQ:
+            dq_desc.atomic_add([start_m, 0], tl.dot(ds_t.to(k.dtype).T, k))  # scaled once, after all adds
     dk_desc.store([start_n, 0], (dk * sm_scale).to(dk_ptr.dtype.element_ty))
     dv_desc.store([start_n, 0], dv.to(dv_ptr.dtype.element_ty))
 
@@ -597,39 +604,40 @@ class _Backward:
         numbers = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), heads, seq_q, seq_k, sm_scale, sm_scale * LOG2E)
         consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal)
 
+        # on Hopper, for inputs TMA can address: the one-pass backward's kernel, and, without a causal mask,
+        # the two-pass backward's warp-specialized dK/dV kernel for '/ws' tiles (a '/ws' tile elsewhere runs
+        # its sizes in the pointer kernel)
+        self.tma = _tma_ready(q, k, v, do)
+        ws = self.tma and not causal
+
         def dkdv(tile: Tile, add_dq: bool) -> Prepared:
-            return _prepare(_flash_bwd_dkdv_kernel, _cdiv(seq_k, tile.block_n) * batch * heads, numbers,
-                            {**consts, "ADD_DQ": add_dq}, tile)
+            programs = _cdiv(seq_k, tile.block_n) * batch * heads
+            if (add_dq and self.tma) or (tile.ws and ws):
+                return _prepare(_flash_bwd_tma_kernel, programs, numbers,
+                                {**consts, "EVEN_Q": not causal and seq_q % tile.block_m == 0, "ADD_DQ": add_dq,
+                                 "WS": tile.ws and not add_dq}, tile)
+            return _prepare(_flash_bwd_dkdv_kernel, programs, numbers, {**consts, "ADD_DQ": add_dq}, tile)
 
         def dq_of(tile: Tile) -> Prepared:
             return _prepare(_flash_bwd_dq_kernel, _cdiv(seq_q, tile.block_m) * batch * heads, numbers, consts, tile)
 
-        # the one-pass backward on Hopper: the TMA kernel, for inputs it can address
-        self.tma = kind == "one_pass" and _tma_ready(q, k, v, do)
-
-        def one_pass(tile: Tile) -> Prepared:
-            if self.tma:
-                return _prepare(_flash_bwd_tma_kernel, _cdiv(seq_k, tile.block_n) * batch * heads, numbers,
-                                {**consts, "EVEN_Q": not causal and seq_q % tile.block_m == 0}, tile)
-            return dkdv(tile, True)
-
         delta, dq, dk, dv = self._outputs(q, k, v, lse)  # for tuning, which runs on these tensors
         self.delta(o, do, delta)
+        if self.tma:
+            _ensure_allocator()
         if kind == "one_pass":
             dq_acc = self._accumulator(q)
-            if self.tma:
-                _ensure_allocator()
 
             def run(tile: Tile):
                 dq_acc.zero_()  # in the timed call too: tuning runs it more than once
-                one_pass(tile)(q, k, v, do, lse, delta, dk, dv, dq_acc)
+                dkdv(tile, True)(q, k, v, do, lse, delta, dk, dv, dq_acc)
 
             self.tiles = {"bwd_one_pass": _tile("bwd_one_pass", q, seq_q, seq_k, block_d, causal, run, self.tma)}
-            self.dkdv = one_pass(self.tiles["bwd_one_pass"])
+            self.dkdv = dkdv(self.tiles["bwd_one_pass"], True)
         else:
             self.tiles = {
                 "bwd_dkdv": _tile("bwd_dkdv", q, seq_q, seq_k, block_d, causal,
-                                  lambda t: dkdv(t, False)(q, k, v, do, lse, delta, dk, dv, dk)),
+                                  lambda t: dkdv(t, False)(q, k, v, do, lse, delta, dk, dv, dk), ws),
                 "bwd_dq": _tile("bwd_dq", q, seq_q, seq_k, block_d, causal,
                                 lambda t: dq_of(t)(q, k, v, do, lse, delta, dq))}
             self.dkdv, self.dq = dkdv(self.tiles["bwd_dkdv"], False), dq_of(self.tiles["bwd_dq"])
@@ -648,10 +656,10 @@ class _Backward:
     def __call__(self, do, q, k, v, o, lse):
         delta, dq, dk, dv = self._outputs(q, k, v, lse)
         self.delta(o, do, delta)
+        if self.tma:
+            _ensure_allocator()
         if self.kind == "one_pass":
             dq_acc = self._accumulator(q)
-            if self.tma:
-                _ensure_allocator()
             self.dkdv(q, k, v, do, lse, delta, dk, dv, dq_acc)
             dq.copy_(dq_acc[..., :q.shape[-1]].mul_(self.sm_scale))
         else:
@@ -871,11 +879,11 @@ def tune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
 
 def pin(**tiles: str | None) -> None:
     """Run the named kernels (fwd, bwd_dkdv, bwd_dq, bwd_one_pass) with these tiles ('128x64/w8/s3': BLOCK_M x BLOCK_N
-    / warps / stages, '/ws' for the forward's warp-specialized TMA kernel) in every bucket, never tuning
+    / warps / stages, '/ws' for a warp-specialized TMA kernel: fwd, bwd_dkdv) in every bucket, never tuning
     them; None unpins one, ``pin()`` unpins all."""
     for kind, text in tiles.items():
-        if kind != "fwd" and isinstance(text, str) and text.endswith("/ws"):
-            raise ValueError(f"{kind}: only the forward (fwd) has a warp-specialized kernel, got {text!r}")
+        if kind not in ("fwd", "bwd_dkdv") and isinstance(text, str) and text.endswith("/ws"):
+            raise ValueError(f"{kind}: only fwd and bwd_dkdv have warp-specialized kernels, got {text!r}")
     _flash_tiles.pin(tuple(CANDIDATES), **tiles)
 
 

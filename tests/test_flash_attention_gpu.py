@@ -17,6 +17,14 @@ def qkv(b=2, h=4, s=1000, d=64, dtype=torch.bfloat16, grad=True):
     return [torch.randn(b, h, s, d, generator=g, device="cuda").to(dtype).requires_grad_(grad) for _ in range(3)]
 
 
+def odd_qkv(sq, sk, d, dtype, strided):
+    """q (2, 3, sq, d) and k, v (2, 3, sk, d); strided: (B, S, H, D) storage viewed as (B, H, S, D), whose
+    strides stay 16-byte aligned, so the TMA kernels still apply."""
+    if strided:
+        return [torch.randn(2, s, 3, d, device="cuda", dtype=dtype).transpose(1, 2).requires_grad_() for s in (sq, sk, sk)]
+    return [torch.randn(2, 3, s, d, device="cuda", dtype=dtype).requires_grad_() for s in (sq, sk, sk)]
+
+
 def grads(fn, q, k, v, do):
     out = fn(q, k, v)
     return (out.detach(), *torch.autograd.grad(out, (q, k, v), do))  # detached: no autograd graph kept alive
@@ -147,11 +155,7 @@ def test_every_warp_specialized_tile_is_right_forward_lse_and_gradients(tile, le
     fa.pin(fwd=tile)
     try:
         for strided in (False, True):
-            if strided:  # (B, S, H, D) storage: 16-byte aligned strides, so TMA still applies
-                q, k, v = [torch.randn(2, s, 3, d, device="cuda", dtype=dtype).transpose(1, 2).requires_grad_()
-                           for s in (sq, sk, sk)]
-            else:
-                q, k, v = [torch.randn(2, 3, s, d, device="cuda", dtype=dtype).requires_grad_() for s in (sq, sk, sk)]
+            q, k, v = odd_qkv(sq, sk, d, dtype, strided)
             assert fa._tma_ready(q, k, v)
             qf, kf, vf = [t.detach().double().requires_grad_() for t in (q, k, v)]
             ref = fa.flash_attention_ref(qf, kf, vf, dtype=torch.float64)
@@ -208,11 +212,7 @@ def test_every_tile_of_the_tma_one_pass_backward_is_right(d, dtype, causal, monk
     for tile in _one_pass_tma_tiles(d, dtype):
         fa.pin(bwd_one_pass=tile)
         for sq, sk, strided in ((1, 1, False), (113, 203, True), (203, 113, False), (1000, 1000, False)):
-            if strided:
-                q, k, v = [torch.randn(2, s, 3, d, device="cuda", dtype=dtype).transpose(1, 2).requires_grad_()
-                           for s in (sq, sk, sk)]
-            else:
-                q, k, v = [torch.randn(2, 3, s, d, device="cuda", dtype=dtype).requires_grad_() for s in (sq, sk, sk)]
+            q, k, v = odd_qkv(sq, sk, d, dtype, strided)
             do = torch.randn_like(q)
             got = grads(lambda *t: flash_attention(*t, causal=causal), q, k, v, do)
             assert fa.tiles_in_use()["bwd_one_pass"] == tile and fa._tma_ready(q, k, v, do)
@@ -221,3 +221,29 @@ def test_every_tile_of_the_tma_one_pass_backward_is_right(d, dtype, causal, monk
             want = (ref.detach(), *torch.autograd.grad(ref, (qf, kf, vf), do.double()))
             for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
                 torch.testing.assert_close(g.double(), w, atol=5e-2, rtol=2e-2, msg=f"{name} {tile} {sq} {sk} {d}")
+
+
+@pytest.mark.parametrize("tile", [str(fa.Tile(*t)) for t in fa.CANDIDATES["bwd_dkdv"] if t[4:]])
+@pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (128, torch.float16), (80, torch.bfloat16)])
+def test_every_warp_specialized_dkdv_tile_is_right_and_never_runs_causal(tile, d, dtype):
+    """The two-pass backward's warp-specialized TMA dK/dV kernel: right without a causal mask at odd and
+    unequal lengths and strided inputs; under a causal mask (where triton 3.6 got it wrong) a pinned '/ws'
+    tile runs its sizes in the pointer kernel, and is still right."""
+    fa.pin(bwd_dkdv=tile)
+    try:
+        for causal in (False, True):
+            for sq, sk, strided in ((1, 1, False), (113, 203, True), (203, 113, False), (1000, 1000, False)):
+                q, k, v = odd_qkv(sq, sk, d, dtype, strided)
+                do = torch.randn_like(q)
+                got = grads(lambda *t: flash_attention(*t, causal=causal), q, k, v, do)
+                qf, kf, vf = [t.detach().double().requires_grad_() for t in (q, k, v)]
+                ref = fa.flash_attention_ref(qf, kf, vf, causal=causal, dtype=torch.float64)
+                want = (ref.detach(), *torch.autograd.grad(ref, (qf, kf, vf), do.double()))
+                for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
+                    torch.testing.assert_close(g.double(), w, atol=5e-2, rtol=2e-2,
+                                               msg=f"{name} {tile} {sq} {sk} {d} causal={causal}")
+    finally:
+        fa.pin()
+    q, k, v = qkv(d=128)
+    flash_attention(q, k, v, causal=True).backward(torch.ones_like(q))  # tuned: no '/ws' tile offered
+    assert not fa.tiles_in_use()["bwd_dkdv"].endswith("/ws")

@@ -140,19 +140,22 @@ def test_warp_specialized_tiles_are_offered_only_where_they_were_measured_right_
     def ws(block_d, tma, kind="fwd"):
         return [t for t in fa.candidates(kind, block_d, 2, interpreter=False, tma=tma) if t.ws]
 
-    assert ws(128, tma=True)[0] == fa.candidates("fwd", 128, 2, False, tma=True)[0]  # first: the untuned choice
-    assert not ws(128, tma=False) and not ws(64, tma=True) and not ws(128, True, "bwd_dq")
+    for kind in ("fwd", "bwd_dkdv"):  # first: the untuned choice
+        assert ws(128, True, kind)[0] == fa.candidates(kind, 128, 2, False, tma=True)[0]
+        assert not ws(128, False, kind) and not ws(64, True, kind)
+    assert not ws(128, True, "bwd_dq") and not ws(128, True, "bwd_one_pass")
     assert not fa.candidates("fwd", 128, 2, interpreter=True, tma=True)[0].ws
 
 
-def test_a_ws_tile_parses_prints_and_pins_only_for_the_forward():
+def test_a_ws_tile_parses_prints_and_pins_only_for_the_kernels_that_have_one():
     from kernels import _flash_attention as fa
 
     tile = Tile.parse("128x128/w4/s2/ws")
     assert tile.ws and str(tile) == "128x128/w4/s2/ws" and tile != Tile.parse("128x128/w4/s2")
-    with pytest.raises(ValueError, match="bwd_dq"):
-        fa.pin(bwd_dq="128x64/w8/s3/ws")
-    fa.pin(fwd="128x128/w4/s2/ws")
+    for kind in ("bwd_dq", "bwd_one_pass"):
+        with pytest.raises(ValueError, match=kind):
+            fa.pin(**{kind: "128x64/w8/s3/ws"})
+    fa.pin(fwd="128x128/w4/s2/ws", bwd_dkdv="64x128/w4/s2/ws")
     fa.pin()
 
 

@@ -74,6 +74,17 @@ def test_every_tile_of_the_tma_one_pass_backward_fits(dtype, head_dim):
     for tile in tiles:
         shared = shared_memory_bytes("kernels._flash_attention", "_flash_bwd_tma_kernel",
                                      arg_types("_flash_bwd_tma_kernel", 9, ELT[dtype]),
-                                     dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False,
+                                     dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False, ADD_DQ=True,
+                                          WS=False, BLOCK_M=tile.block_m, BLOCK_N=tile.block_n), tile.warps, tile.stages)
+        assert shared <= HOPPER_SHARED_PER_BLOCK, f"{tile}: {shared} B"
+
+
+def test_the_warp_specialized_dkdv_tiles_compile_within_hopper_shared_memory():
+    """Every '/ws' dK/dV candidate at head_dim 128: the TMA kernel without the dQ reduce-add, its query
+    loop warp-specialized (only without a causal mask, where it was right)."""
+    for tile in (t for t in fa.candidates("bwd_dkdv", 128, 2, interpreter=False, tma=True) if t.ws):
+        shared = shared_memory_bytes("kernels._flash_attention", "_flash_bwd_tma_kernel",
+                                     arg_types("_flash_bwd_tma_kernel", 9, "bf16"),
+                                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, EVEN_Q=False, ADD_DQ=False, WS=True,
                                           BLOCK_M=tile.block_m, BLOCK_N=tile.block_n), tile.warps, tile.stages)
         assert shared <= HOPPER_SHARED_PER_BLOCK, f"{tile}: {shared} B"

@@ -38,11 +38,18 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   causal, 296 vs 315 at head_dim 64: within noise or slower. Splitting every loop into unmasked tiles
   and masked ones (the forward's scheme) and running the longest causal programs first: 385 vs 375
   and 385 vs 396 (S = 16384) with the same tiles, within noise. Warp specialization of the TMA
-  backward's loop: at 8 warps Triton did not specialize it (the same times as without), at 4 warps
-  Triton 3.9's warp-specialization pass fails to compile it; 128x128 tiles need 296 KB of shared memory.
-  So the gap to cuDNN (0.72-0.77 at head_dim 128) is not the masks, the launches or the dQ additions:
-  the next step is a backward whose loop Triton warp-specializes (producer / consumer groups), as the
-  forward's is.
+  one-pass backward's loop: at 8 warps Triton did not specialize it (the same times as without), at 4
+  warps Triton 3.9's warp-specialization pass fails to compile it (with the dQ reduce-add in the loop);
+  128x128 tiles need 296 KB of shared memory. So the gap to cuDNN (0.72-0.77 at head_dim 128) is not
+  the masks, the launches or the dQ additions.
+- kept, in the default two-pass backward: the same TMA kernel without the dQ reduce-add, its query loop
+  warp-specialized ('/ws' bwd_dkdv tiles; Triton builds a producer and two consumer warp groups at 4
+  warps), beside the pointer dQ kernel: head_dim 128 414 vs 379 (S = 4096), 438 vs 394 (S = 16384)
+  (cuDNN 576 and 557 in that process), 64x128/w4/s2 and /s3 alike; causal 330-335 vs 312, but its
+  dK and dV came out wrong under the causal mask (errors up to 0.98, like the forward's mask inside a
+  specialized loop), so causal calls never get it; head_dim 64 324 vs 344, so it is offered at head dims
+  whose block is 128 only. A warp-specialized TMA dQ kernel did not compile (Triton 3.9: "unsupported
+  load type for producer commit").
 """
 from __future__ import annotations
 
@@ -60,8 +67,8 @@ from kernels._triton import triton
 WIDER = {
     "fwd": [(128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 4), (128, 64, 4, 4), (128, 32, 4, 3),
             (64, 128, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2), (32, 32, 4, 1)],
-    "bwd_dkdv": [(64, 64, 4, 2), (64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 4, 3), (32, 128, 4, 5), (128, 64, 8, 2),
-                 (128, 128, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
+    "bwd_dkdv": [(64, 128, 4, 2, True), (64, 128, 4, 3, True), (64, 64, 4, 2), (64, 128, 8, 2), (64, 128, 8, 3),
+                 (32, 128, 4, 3), (32, 128, 4, 5), (128, 64, 8, 2), (128, 128, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
     "bwd_dq": [(64, 64, 4, 2), (128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 4, 3), (128, 32, 4, 5), (64, 128, 8, 2),
                (128, 128, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
 }
