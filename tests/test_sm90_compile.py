@@ -66,7 +66,7 @@ def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store
         assert shared <= HOPPER_SHARED_PER_BLOCK, f"{tile}: {shared} B"
 
 
-@pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 128), (torch.float16, 64), (torch.bfloat16, 256)])
+@pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 128), (torch.bfloat16, 256)])  # 256: the estimate's edge
 def test_every_tile_of_the_tma_one_pass_backward_fits(dtype, head_dim):
     """The one-pass backward's TMA kernel buffers every stage and stages each fp32 dQ tile: fits(tma=True)
     must admit only tiles that compile within Hopper's limit."""
