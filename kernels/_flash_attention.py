@@ -54,16 +54,17 @@ CANDIDATES = {
                      (32, 32, 4, 1)],
 }  # from workflow/scripts/tune_flash.py on the H200: the tiles that won or came close at some shape
 SHARED_BUDGET = 180 * 1024  # of Hopper's 227 KiB per block, leaving room for what the estimate omits
-WS_BUDGET = 220 * 1024  # the TMA forward's estimate is close to what it allocates
+WS_BUDGET = 220 * 1024  # the '/ws' kernels' estimates are close to what they allocate
 ONE_PASS_TMA_BUDGET = 200 * 1024  # the TMA backward allocates up to ~9% more than its estimate (214040 B at 64x128/s3)
 
 
 def fits(kind: str, tile: Tile, block_d: int, element_size: int, tma: bool = False) -> bool:
     """Would this tile fit in shared memory? An estimate (the test compiles every candidate for sm_90 to
     check): the rows a program keeps, plus ``stages - 1`` buffers of the two tiles it streams (K and V,
-    or Q and dO); the TMA forward buffers every stage and stages P for the second dot (197112 B
-    allocated at 128x128/s2, head_dim 128, bf16, against 196608 estimated); the TMA backward (``tma``)
-    buffers every stage and stages each fp32 dQ tile for its reduce-add."""
+    or Q and dO); a '/ws' kernel buffers every stage and stages P for its second dot (the forward:
+    197112 B allocated at 128x128/s2, head_dim 128, bf16, against 196608 estimated; the dK/dV kernel keeps
+    K and V: 164440 B at 64x128/s2 against 147456); the one-pass backward's TMA kernel (``tma``) buffers
+    every stage and stages each fp32 dQ tile for its reduce-add."""
     keys_kept = kind in ("bwd_dkdv", "bwd_one_pass")
     kept, streamed = (tile.block_n, tile.block_m) if keys_kept else (tile.block_m, tile.block_n)
     if kind == "bwd_one_pass" and tma:
@@ -78,7 +79,8 @@ def fits(kind: str, tile: Tile, block_d: int, element_size: int, tma: bool = Fal
 
 def candidates(kind: str, block_d: int, element_size: int, interpreter: bool, tma: bool = False) -> list[Tile]:
     """The tiles kernel ``kind`` may run with at this head dim and precision, in order of preference;
-    ``tma``: the TMA kernel runs (for fwd, its warp-specialized tiles are among them)."""
+    ``tma``: the inputs allow a TMA kernel (for fwd and bwd_dkdv its '/ws' tiles are then among them;
+    for bwd_one_pass its tiles are estimated for the TMA kernel)."""
     if interpreter:  # one small tile: the interpreter's cost is per program
         return [Tile(32, 32, 4, 1)]
     tiles = [Tile(*t) for t in CANDIDATES[kind] if not t[4:] or (tma and block_d == 128)]  # where it paid
@@ -502,15 +504,19 @@ try:  # in-kernel tensor descriptors live in a scratch buffer that Triton asks a
     _HAS_TMA = hasattr(tl, "make_tensor_descriptor")
 except ImportError:  # a Triton without them: the pointer kernel only
     _HAS_TMA = False
+_HAS_TMA_REDUCE = _HAS_TMA and hasattr(tl.tensor_descriptor, "atomic_add")  # the one-pass backward's dQ adds
 
 
 def _tma_ready(*tensors: torch.Tensor) -> bool:
-    """Can the TMA kernel address these (b, h, s, d) tensors? Hopper, fp16/bf16, unit stride in
-    head_dim, and every base and stride 16-byte aligned, as tensor descriptors require."""
+    """Can the TMA kernels address these (b, h, s, d) tensors? Hopper, fp16/bf16, unit stride in
+    head_dim, a row of whole 16-byte units (a TMA store writes whole units: no padding past a row is
+    touched), rows that do not repeat (a zero row stride, as autograd may hand dO, is no descriptor), and
+    every base and stride 16-byte aligned, as tensor descriptors require."""
     t0 = tensors[0]
     return (_HAS_TMA and t0.dtype in (torch.float16, torch.bfloat16) and backend.current() == "gpu"
             and _hopper(t0.device)
-            and all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+            and all(t.stride(-1) == 1 and t.stride(-2) > 0 and t.data_ptr() % 16 == 0
+                    and t.shape[-1] * t.element_size() % 16 == 0
                     and all(st * t.element_size() % 16 == 0 for st in t.stride()[:-1]) for t in tensors))
 
 
@@ -612,7 +618,7 @@ class _Backward:
 
         def dkdv(tile: Tile, add_dq: bool) -> Prepared:
             programs = _cdiv(seq_k, tile.block_n) * batch * heads
-            if (add_dq and self.tma) or (tile.ws and ws):
+            if (add_dq and self.tma and _HAS_TMA_REDUCE) or (tile.ws and ws):
                 return _prepare(_flash_bwd_tma_kernel, programs, numbers,
                                 {**consts, "EVEN_Q": not causal and seq_q % tile.block_m == 0, "ADD_DQ": add_dq,
                                  "WS": tile.ws and not add_dq}, tile)
@@ -632,7 +638,8 @@ class _Backward:
                 dq_acc.zero_()  # in the timed call too: tuning runs it more than once
                 dkdv(tile, True)(q, k, v, do, lse, delta, dk, dv, dq_acc)
 
-            self.tiles = {"bwd_one_pass": _tile("bwd_one_pass", q, seq_q, seq_k, block_d, causal, run, self.tma)}
+            tma = self.tma and _HAS_TMA_REDUCE
+            self.tiles = {"bwd_one_pass": _tile("bwd_one_pass", q, seq_q, seq_k, block_d, causal, run, tma)}
             self.dkdv = dkdv(self.tiles["bwd_one_pass"], True)
         else:
             self.tiles = {
@@ -696,9 +703,9 @@ class _Plan:
     def backward(self, do, q, k, v, o, lse):
         key = (do.stride(), o.stride(), backward_kind())
         b = self.backwards.get(key)
-        if b is None:
+        if b is None or (b.tma and not _aligned((q, k, v, do))):  # as in forward(): TMA needs aligned bases
             b = _Backward(do, q, k, v, o, lse, self.causal, self.sm_scale, key[2])
-            if b.final:
+            if b.final and _aligned((q, k, v, do)):
                 self.backwards[key] = b
         _last.update(b.tiles)
         return b(do, q, k, v, o, lse)

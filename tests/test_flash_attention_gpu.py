@@ -202,48 +202,83 @@ def _one_pass_tma_tiles(d: int, dtype) -> list[str]:
     return [str(t) for t in fa.candidates("bwd_one_pass", d, dtype.itemsize, interpreter=False, tma=True)]
 
 
-@pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (64, torch.float16), (80, torch.bfloat16)])
+def assert_reference_gradients(q, k, v, do, causal, got, what):
+    """got = (out, dq, dk, dv) against attention in fp64."""
+    qf, kf, vf = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = fa.flash_attention_ref(qf, kf, vf, causal=causal, dtype=torch.float64)
+    want = (ref.detach(), *torch.autograd.grad(ref, (qf, kf, vf), do.double()))
+    for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
+        torch.testing.assert_close(g.double(), w, atol=5e-2, rtol=2e-2, msg=f"{name} {what}")
+
+
+# odd and unequal lengths (rows past a head's end must neither be read from the next head nor written),
+# strided inputs, and whole tiles (the unmasked loop)
+LENGTHS = ((1, 1, False), (113, 203, True), (203, 113, False), (1000, 1000, False), (1024, 1024, False),
+           (256, 512, True))
+HOPPER = ON_GPU and torch.cuda.get_device_capability()[0] == 9
+needs_hopper = pytest.mark.skipif(not HOPPER, reason="the TMA kernels are Hopper's")
+
+
+@needs_hopper
+@pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (64, torch.float16), (80, torch.bfloat16),
+                                      (192, torch.bfloat16)])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_every_tile_of_the_tma_one_pass_backward_is_right(d, dtype, causal, monkeypatch):
     """On Hopper the one-pass backward moves its tiles by TMA and adds each dQ tile with one TMA reduce-add:
-    every candidate that fits must give the reference gradients at odd and unequal lengths (rows past a
-    head's end must neither be read from the next head nor written), strided inputs included."""
+    every candidate that fits must give the reference gradients."""
     monkeypatch.setenv("KERNELS_FLASH_BACKWARD", "one_pass")
-    for tile in _one_pass_tma_tiles(d, dtype):
-        fa.pin(bwd_one_pass=tile)
-        for sq, sk, strided in ((1, 1, False), (113, 203, True), (203, 113, False), (1000, 1000, False)):
-            q, k, v = odd_qkv(sq, sk, d, dtype, strided)
-            do = torch.randn_like(q)
-            got = grads(lambda *t: flash_attention(*t, causal=causal), q, k, v, do)
-            assert fa.tiles_in_use()["bwd_one_pass"] == tile and fa._tma_ready(q, k, v, do)
-            qf, kf, vf = [t.detach().double().requires_grad_() for t in (q, k, v)]
-            ref = fa.flash_attention_ref(qf, kf, vf, causal=causal, dtype=torch.float64)
-            want = (ref.detach(), *torch.autograd.grad(ref, (qf, kf, vf), do.double()))
-            for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
-                torch.testing.assert_close(g.double(), w, atol=5e-2, rtol=2e-2, msg=f"{name} {tile} {sq} {sk} {d}")
-
-
-@pytest.mark.parametrize("tile", [str(fa.Tile(*t)) for t in fa.CANDIDATES["bwd_dkdv"] if t[4:]])
-@pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (128, torch.float16), (80, torch.bfloat16)])
-def test_every_warp_specialized_dkdv_tile_is_right_and_never_runs_causal(tile, d, dtype):
-    """The two-pass backward's warp-specialized TMA dK/dV kernel: right without a causal mask at odd and
-    unequal lengths and strided inputs; under a causal mask (where triton 3.6 got it wrong) a pinned '/ws'
-    tile runs its sizes in the pointer kernel, and is still right."""
-    fa.pin(bwd_dkdv=tile)
     try:
-        for causal in (False, True):
-            for sq, sk, strided in ((1, 1, False), (113, 203, True), (203, 113, False), (1000, 1000, False)):
+        for tile in _one_pass_tma_tiles(d, dtype):
+            fa.pin(bwd_one_pass=tile)
+            for sq, sk, strided in LENGTHS:
                 q, k, v = odd_qkv(sq, sk, d, dtype, strided)
                 do = torch.randn_like(q)
                 got = grads(lambda *t: flash_attention(*t, causal=causal), q, k, v, do)
-                qf, kf, vf = [t.detach().double().requires_grad_() for t in (q, k, v)]
-                ref = fa.flash_attention_ref(qf, kf, vf, causal=causal, dtype=torch.float64)
-                want = (ref.detach(), *torch.autograd.grad(ref, (qf, kf, vf), do.double()))
-                for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
-                    torch.testing.assert_close(g.double(), w, atol=5e-2, rtol=2e-2,
-                                               msg=f"{name} {tile} {sq} {sk} {d} causal={causal}")
+                assert fa.tiles_in_use()["bwd_one_pass"] == tile and fa._tma_ready(q, k, v, do)
+                assert_reference_gradients(q, k, v, do, causal, got, f"{tile} {sq} {sk} {d}")
+    finally:
+        fa.pin()
+
+
+@needs_hopper
+@pytest.mark.parametrize("tile", [str(fa.Tile(*t)) for t in fa.CANDIDATES["bwd_dkdv"] if t[4:]])
+@pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (128, torch.float16), (80, torch.bfloat16)])
+def test_every_warp_specialized_dkdv_tile_is_right_and_never_runs_causal(tile, d, dtype, monkeypatch):
+    """The two-pass backward's warp-specialized TMA dK/dV kernel: it runs, and is right, without a causal
+    mask; under one (where triton 3.6 got it wrong) a pinned '/ws' tile runs its sizes in the pointer
+    kernel, and tuning never offers a '/ws' tile."""
+    prepared = []
+    real = fa._prepare
+    monkeypatch.setattr(fa, "_prepare", lambda kernel, *a, **kw: prepared.append((kernel, *a)) or real(kernel, *a, **kw))
+    fa.pin(bwd_dkdv=tile)
+    try:
+        for causal in (False, True):
+            for sq, sk, strided in LENGTHS:
+                q, k, v = odd_qkv(sq, sk, d, dtype, strided)
+                do = torch.randn_like(q)
+                prepared.clear()
+                got = grads(lambda *t: flash_attention(*t, causal=causal), q, k, v, do)
+                specialized = [p for p in prepared if p[0] is fa._flash_bwd_tma_kernel and p[3].get("WS")]
+                assert bool(specialized) == (not causal) and fa._tma_ready(q, k, v, do), (causal, sq, sk)
+                assert_reference_gradients(q, k, v, do, causal, got, f"{tile} {sq} {sk} {d} causal={causal}")
     finally:
         fa.pin()
     q, k, v = qkv(d=128)
     flash_attention(q, k, v, causal=True).backward(torch.ones_like(q))  # tuned: no '/ws' tile offered
     assert not fa.tiles_in_use()["bwd_dkdv"].endswith("/ws")
+
+
+@needs_hopper
+def test_a_later_call_on_a_misaligned_base_does_not_take_the_tma_backward(monkeypatch):
+    """The backward's plan is kept per strides; a call with the same strides but a base off by 8 bytes
+    cannot be addressed by TMA and must run (and be right) in the pointer kernels."""
+    for kind in ("two_pass", "one_pass"):
+        monkeypatch.setenv("KERNELS_FLASH_BACKWARD", kind)
+        q, k, v = odd_qkv(512, 512, 128, torch.bfloat16, False)
+        do = torch.randn_like(q)
+        grads(flash_attention, q, k, v, do)  # aligned: plans with TMA
+        shifted = [torch.empty(t.numel() + 8, device="cuda", dtype=t.dtype)[4:4 + t.numel()].view(t.shape).copy_(t.detach())
+                   .requires_grad_() for t in (q, k, v)]
+        assert not fa._tma_ready(*shifted)
+        got = grads(flash_attention, *shifted, do)
+        assert_reference_gradients(*shifted, do, False, got, f"{kind} shifted")
