@@ -199,7 +199,7 @@ def test_the_default_backward_is_deterministic_and_the_one_pass_one_agrees_with_
 
 
 def _one_pass_tma_tiles(d: int, dtype) -> list[str]:
-    return [str(t) for t in fa.candidates("bwd_one_pass", d, dtype.itemsize, interpreter=False, tma=True)]
+    return [str(t) for t in fa.candidates("bwd_one_pass", fa.bucket(d), dtype.itemsize, interpreter=False, tma=True)]
 
 
 def assert_reference_gradients(q, k, v, do, causal, got, what):

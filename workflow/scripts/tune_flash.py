@@ -50,6 +50,16 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   specialized loop), so causal calls never get it; head_dim 64 324 vs 344, so it is offered at head dims
   whose block is 128 only. A warp-specialized TMA dQ kernel did not compile (Triton 3.9: "unsupported
   load type for producer commit").
+- third round, not kept: the '/ws' kernels under a causal mask with the mask's indices made inside the
+  specialized loop, or carried through it as a loop value (each row's last key, each key's first
+  query): still wrong on triton 3.6 (errors 0.4-4 in the output and every gradient, at lengths 200 to
+  1500, equal and unequal), so the fault is not in how the indices reach the consumer groups. They ran
+  at 387 (S = 4096) and 435 (S = 16384) forward against 414 and 451 for the pointer kernel, and 332
+  and 375 forward+backward against 301 and 345 (cuDNN 583, 565 and 471, 527). The masked tiles apart
+  from the specialized loop, unrolled before or after it: with a branch per tile Triton 3.9 does not
+  specialize the loop; without one its warp-specialization pass fails to compile the kernel.
+  64x128/w4/s3/ws dK/dV tiles returned NaN in dK and dV without a causal mask too (lengths 1000 to
+  2048), so only 64x128/w4/s2/ws is swept.
 """
 from __future__ import annotations
 
@@ -67,7 +77,7 @@ from kernels._triton import triton
 WIDER = {
     "fwd": [(128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 4), (128, 64, 4, 4), (128, 32, 4, 3),
             (64, 128, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2), (32, 32, 4, 1)],
-    "bwd_dkdv": [(64, 128, 4, 2, True), (64, 128, 4, 3, True), (64, 64, 4, 2), (64, 128, 8, 2), (64, 128, 8, 3),
+    "bwd_dkdv": [(64, 128, 4, 2, True), (64, 64, 4, 2), (64, 128, 8, 2), (64, 128, 8, 3),
                  (32, 128, 4, 3), (32, 128, 4, 5), (128, 64, 8, 2), (128, 128, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
     "bwd_dq": [(64, 64, 4, 2), (128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 4, 3), (128, 32, 4, 5), (64, 128, 8, 2),
                (128, 128, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
