@@ -2,6 +2,8 @@
 Tolerances and pass/fail rules live in lab.verify."""
 from __future__ import annotations
 
+import time
+
 import torch
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -62,6 +64,15 @@ def bench(fn, warmup_ms: int, rep_ms: int, grad_to_none=None) -> dict[float, flo
     times = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=list(QUANTILES),
                                     grad_to_none=grad_to_none)
     return dict(zip(QUANTILES, times))
+
+
+def wall_seconds(fn) -> float:
+    """Wall seconds of one call of fn, to its result on the GPU (a compile, a first call)."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
 
 
 def timing_rows(times: dict[float, float], work: float, work_unit: str, **params) -> list[dict]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-import time
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -21,7 +20,7 @@ from ..providers import FLASH
 from ..report import md_table
 from ..summary import median, ok
 from ..measure import (BF16_IN_INTERPRETER, QUANTILES, bench, is_gpu, lengths, probe_rows, randn, runnable, sdpa_backend_of,
-                       timing_rows)
+                       timing_rows, wall_seconds)
 from ..table import needs_gpu, row
 from ..verify import attention_eps, flash_errors, max_abs_diff, within_fa_rule
 from . import claim, experiment, figure, section
@@ -240,15 +239,6 @@ def _causal_mask_mod(b, h, q_idx, kv_idx):  # square problems here: bottom-right
     return q_idx >= kv_idx
 
 
-def _seconds(fn) -> float:
-    """Wall seconds of one call of fn, to its result on the GPU."""
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
 def flops(batch: int, heads: int, seq: int, d: int, causal: bool) -> float:
     """The forward's FLOPs by FlashAttention's convention: two S x S x D matmuls per head, 2 FLOPs per
     multiply-add, half of them under a causal mask. fwd+bwd counts 3.5x (the backward does 5 matmuls
@@ -315,7 +305,7 @@ def _throughput(s: dict, choices) -> list[dict]:
                         try:
                             with torch.no_grad() if mode == "fwd" else torch.enable_grad():
                                 if provider == FLEX:  # compile outside the timing, and say how long it took
-                                    rows.append(row("compile_s", _seconds(fn), "s", variant=mode, **params))
+                                    rows.append(row("compile_s", wall_seconds(fn), "s", variant=mode, **params))
                                 times = bench(fn, **s["bench"], grad_to_none=[q, k, v])
                         except Exception as e:  # a backend that does not support this shape/device (SDPA:
                             # RuntimeError; FlexAttention: its compiler's own errors)
@@ -392,7 +382,7 @@ def _first_call(s: dict) -> list[dict]:
 
     for variant, n in (("untuned_bucket", c["tuned_length"]), ("tuned_bucket", c["new_length"])):
         q, k, v = qkv(n)
-        rows.append(row("first_call_ms", _seconds(lambda: flash_attention(q, k, v)) * 1e3, "ms", variant=variant, seq=n,
+        rows.append(row("first_call_ms", wall_seconds(lambda: flash_attention(q, k, v)) * 1e3, "ms", variant=variant, seq=n,
                         bucket_tuned_at=c["tuned_length"], **params))
     q, k, v = qkv(c["memory_length"])
     for variant in ("first_call", "later_call"):

@@ -14,7 +14,7 @@ import yaml
 
 from .. import isolated, plots, summary, verify
 from ..claims import FALSE_POINT_HOLDS, NEEDS_GPU, NOT_REPRODUCED, NUANCE, REPRODUCED, bools, first_line, said, weakest
-from ..measure import BF16_IN_INTERPRETER, bench, cuda_kernels, is_gpu, probe_rows, randn, runnable, timing_rows
+from ..measure import BF16_IN_INTERPRETER, bench, cuda_kernels, is_gpu, probe_rows, randn, runnable, timing_rows, wall_seconds
 from ..measure import dtype as to_dtype
 from ..providers import FUSED, WRITEUP
 from ..report import md_table
@@ -64,14 +64,17 @@ performance:
     maximum: 1048576
   dtypes: {$ref: "#/$defs/dtypes"}
 """)
-TORCH_SOFTMAX, NAIVE = "torch_softmax", "torch_naive"
+TORCH_SOFTMAX, NAIVE, COMPILED = "torch_softmax", "torch_naive", "torch_compile"
 PROVIDERS = {WRITEUP: "`kernels.softmax_writeup`, the writeup's kernel: one block per row sized to the row (its fix); "
                       "`softmax_writeup(x, 1024)` is its bug. For fp16/bf16 inputs it computes in fp32, the one change, "
                       "which fp32 inputs (every claim's) do not see",
              FUSED: "`kernels.softmax`, the project's kernel: narrow rows share a program, wide rows are split over a "
                     "group of programs (any width); backward `kernels.softmax_backward`",
              TORCH_SOFTMAX: "`torch.softmax`; backward `torch._softmax_backward_data`, the kernel autograd runs",
-             NAIVE: "softmax as five torch ops (max, subtract, exp, sum, divide)"}
+             NAIVE: "softmax as five torch ops (max, subtract, exp, sum, divide)",
+             COMPILED: "`torch.softmax` under `torch.compile` (Inductor's generated Triton kernel, the Triton peer a user "
+                       "would pick), compiled once per shape outside the timing (its compile time recorded as "
+                       "`compile_s`); backward `torch._softmax_backward_data` compiled the same way"}
 # max |out - torch.softmax in fp32, cast back| for one fused op (no matmul); the backward gets 4x (BACKWARD_SLACK)
 ATOL = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 8e-3}
 
@@ -263,25 +266,50 @@ def passes(s: dict) -> list[dict]:
     return rows
 
 
+def _softmax_forward(x):
+    return torch.softmax(x, dim=-1)
+
+
+def _softmax_backward(y, dy):
+    return torch._softmax_backward_data(dy, y, -1, y.dtype)
+
+
 @experiment(timing=True)
 def performance(s: dict) -> list[dict]:
     """Every row width with inputs of the same size (M = input_bytes / row bytes), forward and backward."""
     if not is_gpu():
         return [needs_gpu("timing softmax")]
     rows = []
-    for dtype_name in s["dtypes"]:
-        for n in s["n_cols"]:
-            x = randn([max(1, s["input_bytes"] // (n * to_dtype(dtype_name).itemsize)), n], dtype_name, s["seed"])
-            y, dy = torch.softmax(x, dim=-1), torch.randn_like(x)
-            forward = _providers(x)
-            if n > s["writeup_max_cols"]:
-                del forward[WRITEUP]
-            for direction, providers in (("forward", forward), ("backward", _backward_providers(y, dy))):
-                for provider, (fn, moved) in providers.items():
-                    rows += timing_rows(bench(fn, **s["bench"]), moved / 1e9, "GB", provider=provider,
-                                        direction=direction, n_rows=x.shape[0], n_cols=n, dtype=dtype_name,
-                                        bytes=moved)
-            del x, y, dy
+    # one compile per shape, dtype and direction, as a model with fixed shapes gets: past Dynamo's
+    # recompile limit (8) it would run the eager op instead
+    compiled = {"forward": torch.compile(_softmax_forward, dynamic=False),
+                "backward": torch.compile(_softmax_backward, dynamic=False)}
+    with torch._dynamo.config.patch(recompile_limit=len(s["n_cols"]) * len(s["dtypes"]) + 8):
+        for dtype_name in s["dtypes"]:
+            for n in s["n_cols"]:
+                x = randn([max(1, s["input_bytes"] // (n * to_dtype(dtype_name).itemsize)), n], dtype_name, s["seed"])
+                y, dy = torch.softmax(x, dim=-1), torch.randn_like(x)
+                forward = _providers(x)
+                if n > s["writeup_max_cols"]:
+                    del forward[WRITEUP]
+                b = x.numel() * x.element_size()
+                forward[COMPILED] = (lambda x=x: compiled["forward"](x), 2 * b)
+                backward = {**_backward_providers(y, dy), COMPILED: (lambda y=y, dy=dy: compiled["backward"](y, dy), 3 * b)}
+                for direction, providers in (("forward", forward), ("backward", backward)):
+                    for provider, (fn, moved) in providers.items():
+                        params = dict(provider=provider, direction=direction, n_rows=x.shape[0], n_cols=n,
+                                      dtype=dtype_name)
+                        try:
+                            if provider == COMPILED:  # compile outside the timing, and say how long it took
+                                rows.append(row("compile_s", wall_seconds(fn), "s", **params))
+                            times = bench(fn, **s["bench"])
+                        except Exception as e:  # noqa: BLE001  (Inductor's own errors: that provider's point only)
+                            if provider != COMPILED:
+                                raise
+                            rows.append(row("time_ms", None, status="unsupported", error=str(e)[:300], **params))
+                            continue
+                        rows += timing_rows(times, moved / 1e9, "GB", **params, bytes=moved)
+                del x, y, dy
     return rows
 
 
@@ -458,8 +486,9 @@ def softmax_past_largest_block(t, s):
 # --- numbers derived from its tables ------------------------------------------------------------------------
 
 def softmax_widths(df: pd.DataFrame, copy_gbps: float | None) -> pd.DataFrame:
-    """Per direction, dtype and row width: median GB/s of the project's softmax, torch's and the writeup's
-    kernel, torch's time over the project's (> 1: the project's is faster), and the fraction of copy."""
+    """Per direction, dtype and row width: median GB/s of the project's softmax, torch's (eager and
+    compiled, where timed) and the writeup's kernel, their times over the project's (> 1: the project's is
+    faster), and the fraction of copy."""
     d = median(df, "bandwidth")
     if d.empty or "direction" not in d:  # no timings, or a table from before the backward was timed
         return d.iloc[:0]
@@ -467,6 +496,8 @@ def softmax_widths(df: pd.DataFrame, copy_gbps: float | None) -> pd.DataFrame:
     wide.columns.name = None
     out = wide.reset_index()
     out["torch/triton time"] = out[FUSED] / out[TORCH_SOFTMAX]  # same bytes: GB/s ratio = time ratio
+    if COMPILED in out:
+        out["compiled/triton time"] = out[FUSED] / out[COMPILED]
     if copy_gbps:
         out["triton/copy"] = out[FUSED] / copy_gbps
     return out.sort_values(["direction", "dtype", "n_cols"], ascending=[False, True, True]).reset_index(drop=True)
@@ -532,7 +563,7 @@ def plot_softmax_widths(w, copy_gbps: float | None, device: str) -> plt.Figure:
     """softmax GB/s against row width, forward and backward: the project's kernel, torch, the writeup's."""
     if w.empty:
         return plots.needs_gpu("softmax at every row width", device)
-    providers = [p for p in (FUSED, TORCH_SOFTMAX, WRITEUP) if p in w]
+    providers = [p for p in (FUSED, TORCH_SOFTMAX, COMPILED, WRITEUP) if p in w]
     long = w.melt(id_vars=["direction", "dtype", "n_cols"], value_vars=providers, var_name="provider",
                   value_name="GB/s").dropna()
     fig, axes = plt.subplots(1, 2, figsize=(13.5, 4.4), sharey=True)
@@ -569,11 +600,16 @@ def section_widths(tables: dict[str, pd.DataFrame]) -> str:
         worst = g.loc[g["torch/triton time"].idxmin()]
         wide = g[g["n_cols"] >= 1024]
         low = wide.loc[wide["triton/copy"].idxmin()] if len(wide) else None
-        out.append(f"- {direction}, {dtype}: against torch {g['torch/triton time'].min():.2f}x.."
-                   f"{g['torch/triton time'].max():.2f}x (lowest at {int(worst['n_cols'])} columns)"
+        against = [f"against torch {g['torch/triton time'].min():.2f}x..{g['torch/triton time'].max():.2f}x "
+                   f"(lowest at {int(worst['n_cols'])} columns)"]
+        if g.get("compiled/triton time", pd.Series(dtype=float)).notna().any():
+            slow = g.loc[g["compiled/triton time"].idxmin()]
+            against.append(f"against torch.compile {g['compiled/triton time'].min():.2f}x.."
+                           f"{g['compiled/triton time'].max():.2f}x (lowest at {int(slow['n_cols'])} columns)")
+        out.append(f"- {direction}, {dtype}: " + ", ".join(against)
                    + (f"; from 1024 columns up at least {low['triton/copy']:.2f} of copy (at {int(low['n_cols'])})"
                       if low is not None else ""))
-    cols = [c for c in ("direction", "dtype", "n_cols", "n_rows", FUSED, TORCH_SOFTMAX, WRITEUP,
-                        "torch/triton time", "triton/copy") if c in w]
+    cols = [c for c in ("direction", "dtype", "n_cols", "n_rows", FUSED, TORCH_SOFTMAX, COMPILED, WRITEUP,
+                        "torch/triton time", "compiled/triton time", "triton/copy") if c in w]
     out.append("\n" + md_table(w[cols].astype({"n_cols": int, "n_rows": int})))
     return "\n".join(out)
