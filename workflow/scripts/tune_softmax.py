@@ -30,7 +30,18 @@ def candidates(n: int, direction: str) -> dict:
     (0.60-0.75 with 4-32 warps) and the split path (0.61-0.68, chunks of 2048-8192, 4-16 warps). Kept
     from the same sweep: 4 warps up to 4096-element tiles (bf16 at 4096 columns 0.81 -> 0.97), the
     backward's rows path to 32768 columns with 8 warps (bf16 0.58 -> 0.99, fp32 0.80 -> 0.97), and a
-    warp per KiB of chunk on the split backward (bf16 at 65536 columns 0.57 -> 0.81)."""
+    warp per KiB of chunk on the split backward (bf16 at 65536 columns 0.57 -> 0.81). Measured next and
+    not kept (H200, triton 3.6, fractions of a copy of 4165-4168 GB/s; the committed sizes first): bf16
+    rows of 32768 columns forward 0.79, with 32 warps 0.79, 8 warps 0.65, two rows per program 0.75, the
+    split path with one program per row running a row ahead (chunk 32768, 16-32 warps) 0.09-0.27, two
+    programs per row (chunk 16384, 8-16 warps) 0.50-0.54; bf16 at 65536 the split path 0.63, one row per
+    program with 32 warps 0.70 (fp32 there: 0.77 against 0.58); and a two-pass kernel, one program per
+    row walking it in chunks twice so that the second read would come from L2 (chunks of 2048-8192, 4-16
+    warps, 2-3 stages, one program per row or 2-4 per SM looping over rows, L2 eviction hints or none):
+    at best bf16 0.73 (32768), 0.64, 0.62, 0.51 (65536, 131072, 2^20), fp32 0.75, 0.66, 0.62, 0.48 where
+    the committed kernel had 0.95, 0.76, 0.77, 0.74. torch.compile's softmax in the same runs: forward
+    0.46-0.47 (bf16) and 0.39-0.66 (fp32), backward 0.99 at 32768 columns (ours 0.96 fp32, 0.99 bf16),
+    0.57-0.61 wider (ours 0.71-0.80)."""
     out = {"default": {}}
     if direction == "backward":
         return out
