@@ -40,7 +40,7 @@ def candidates(n: int, direction: str) -> dict:
     warps, 2-3 stages, one program per row or 2-4 per SM looping over rows, L2 eviction hints or none):
     at best bf16 0.73 (32768), 0.64, 0.62, 0.51 (65536, 131072, 2^20), fp32 0.75, 0.66, 0.62, 0.48 where
     the committed kernel had 0.95, 0.76, 0.77, 0.74. torch.compile's softmax in the same runs: forward
-    0.46-0.47 (bf16) and 0.39-0.66 (fp32), backward 0.99 at 32768 columns (ours 0.96 fp32, 0.99 bf16),
+    0.41-0.47 (bf16) and 0.39-0.66 (fp32), backward 0.99 at 32768 columns (ours 0.96 fp32, 0.99 bf16),
     0.57-0.61 wider (ours 0.71-0.80)."""
     out = {"default": {}}
     if direction == "backward":
