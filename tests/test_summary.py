@@ -51,11 +51,11 @@ def test_compiled_softmax_gets_its_own_ratio_and_report_line():
         + bandwidth("torch_compile", "forward", 262144, 1500)).assign(**GPU)])
     w = softmax.softmax_widths(t, COPY).set_index(["direction", "n_cols"])
     assert w.loc[("forward", 4096), "compiled/triton time"] == 3950 / 4100  # compiled faster there: below 1
-    assert w.loc[("backward", 4096), "compiled/triton time"] != w.loc[("backward", 4096), "compiled/triton time"]  # NaN: not timed
+    assert pd.isna(w.loc[("backward", 4096), "compiled/triton time"])  # the compiled backward was not timed here
     text = softmax.section_widths({"softmax/performance": t.assign(copy_gbps=COPY)})
     assert "forward, float32: against torch 0.97x..2.00x (lowest at 128 columns), against torch.compile 0.96x..2.00x " \
            "(lowest at 4096 columns)" in text
-    assert "backward, float32: against torch" in text and "backward, float32: against torch 0.49x..1.00x (lowest at 128 columns);" in text
+    assert "backward, float32: against torch 0.49x..1.00x (lowest at 128 columns);" in text  # no compiled line
 
 
 def test_fusion_compares_forward_times_only():
