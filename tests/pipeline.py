@@ -1,6 +1,9 @@
 """What the pipeline tests share: Snakemake on a temporary copy of the project, run on the tiny config
-(one copy per test module: the module-scoped ``project`` fixture), and readers of its output."""
+(built once per session and copied for each test module: the module-scoped ``project`` fixture), and
+readers of its output."""
+import fcntl
 import hashlib
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,11 +23,29 @@ def smk(workdir, *args, check=True, config="tests/tiny_config.yaml"):
     return done
 
 
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, worker_id):
+    """The project with its tiny-config run made, once for the whole session: pytest-xdist's workers share
+    the parent of their temporary folders, and the first to take the lock builds it there."""
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    built = shared / "tiny-run"
+    with open(shared / "tiny-run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not built.exists():
+            building = shared / "tiny-run.building"
+            shutil.rmtree(building, ignore_errors=True)  # a build a dead worker left half done
+            building.mkdir()
+            copy_project(building)
+            smk(building, "--cores", "2")
+            building.rename(built)
+    return built
+
+
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
+def project(tmp_path_factory, tiny_run):
+    """A module's own copy of the built project (file times kept, so Snakemake sees it up to date)."""
     work = tmp_path_factory.mktemp("lab")
-    copy_project(work)
-    smk(work, "--cores", "2")
+    shutil.copytree(tiny_run, work, symlinks=True, dirs_exist_ok=True)
     return work
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from kernels import _flash_attention as fa
-from lab.sm90 import shared_memory_bytes
+from lab.sm90 import shared_memory_each
 
 HOPPER_SHARED_PER_BLOCK = 232448  # max shared memory per block (opt-in) on H100/H200
 # the forward that a backward follows; the dk/dv kernel with and without the one-pass backward's dQ
@@ -19,18 +19,24 @@ def arg_types(kernel: str, n_ptr: int, elt: str) -> dict:
             else ("fp32" if "scale" in n else "i32") for i, n in enumerate(names)}
 
 
+def assert_each_fits(module: str, kernel: str, types: dict, tiles, consts: dict) -> None:
+    """Each tile of ``kernels.<module>.<kernel>`` compiles for sm_90 within Hopper's shared memory (one child
+    process compiles them all)."""
+    assert tiles, f"no tile of {kernel} to check"
+    requests = [dict(module=f"kernels.{module}", kernel=kernel, arg_types=types, num_warps=t.warps, num_stages=t.stages,
+                     constexprs=dict(consts, BLOCK_M=t.block_m, BLOCK_N=t.block_n)) for t in tiles]
+    for tile, shared in zip(tiles, shared_memory_each(requests)):
+        assert 0 < shared <= HOPPER_SHARED_PER_BLOCK, f"{kernel} {tile}: {shared} B"
+
+
 @pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 128), (torch.float16, 64), (torch.float32, 256)])
-@pytest.mark.parametrize("kernel, n_ptr, kind", [("_flash_fwd_kernel", 5, "fwd"),
-                                                 ("_flash_bwd_dkdv_kernel", 9, "bwd_dkdv"),
-                                                 ("_flash_bwd_dq_kernel", 7, "bwd_dq"),
-                                                 ("_flash_bwd_dkdv_kernel", 9, "bwd_one_pass")])
-def test_flash_first_fitting_tile_compiles_and_fits(kernel, n_ptr, kind, dtype, head_dim):
+def test_flash_first_fitting_tile_compiles_and_fits(dtype, head_dim):
     """The first candidate that fits is what runs untuned (correctness jobs, CUDA graph capture)."""
-    tile = fa.candidates(kind, head_dim, torch.empty(0, dtype=dtype).element_size(), interpreter=False)[0]
-    shared = shared_memory_bytes("kernels._flash_attention", kernel, arg_types(kernel, n_ptr, ELT[dtype]),
-                                 dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, **CONSTS[kind],
-                                      BLOCK_M=tile.block_m, BLOCK_N=tile.block_n), tile.warps, tile.stages)
-    assert 0 < shared <= HOPPER_SHARED_PER_BLOCK
+    for kernel, n_ptr, kind in (("_flash_fwd_kernel", 5, "fwd"), ("_flash_bwd_dkdv_kernel", 9, "bwd_dkdv"),
+                                ("_flash_bwd_dq_kernel", 7, "bwd_dq"), ("_flash_bwd_dkdv_kernel", 9, "bwd_one_pass")):
+        tile = fa.candidates(kind, head_dim, torch.empty(0, dtype=dtype).element_size(), interpreter=False)[0]
+        assert_each_fits("_flash_attention", kernel, arg_types(kernel, n_ptr, ELT[dtype]), [tile],
+                         dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, **CONSTS[kind]))
 
 
 @pytest.mark.parametrize("kernel, n_ptr, kind", [("_flash_fwd_kernel", 5, "fwd"),
@@ -39,11 +45,9 @@ def test_flash_first_fitting_tile_compiles_and_fits(kernel, n_ptr, kind, dtype, 
                                                  ("_flash_bwd_dkdv_kernel", 9, "bwd_one_pass")])
 def test_every_candidate_tile_that_fits_by_estimate_really_fits(kernel, n_ptr, kind):
     """fits() is an estimate; at bf16 D=128 each tile it admits must compile within Hopper's limit."""
-    for tile in fa.candidates(kind, 128, 2, interpreter=False):
-        shared = shared_memory_bytes("kernels._flash_attention", kernel, arg_types(kernel, n_ptr, "bf16"),
-                                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, **CONSTS[kind],
-                                          BLOCK_M=tile.block_m, BLOCK_N=tile.block_n), tile.warps, tile.stages)
-        assert shared <= HOPPER_SHARED_PER_BLOCK, f"{kind} {tile}: {shared} B"
+    tiles = fa.candidates(kind, 128, 2, interpreter=False)
+    assert_each_fits("_flash_attention", kernel, arg_types(kernel, n_ptr, "bf16"), tiles,
+                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, **CONSTS[kind]))
 
 
 def test_writeup_attention_needs_more_shared_memory_as_n_k_grows():
@@ -57,13 +61,9 @@ def test_writeup_attention_needs_more_shared_memory_as_n_k_grows():
 def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store_lse, even_k):
     """Every '/ws' candidate at head_dim 128 (where they are offered), with and without the log-sum-exp
     and the tail mask."""
-    for tile in (t for t in fa.candidates("fwd", 128, 2, interpreter=False, tma=True) if t.ws):
-        shared = shared_memory_bytes("kernels._flash_attention", "_flash_fwd_tma_kernel",
-                                     arg_types("_flash_fwd_tma_kernel", 5, "bf16"),
-                                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, STORE_LSE=store_lse,
-                                          BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, EVEN_K=even_k),
-                                     tile.warps, tile.stages)
-        assert shared <= HOPPER_SHARED_PER_BLOCK, f"{tile}: {shared} B"
+    tiles = [t for t in fa.candidates("fwd", 128, 2, interpreter=False, tma=True) if t.ws]
+    assert_each_fits("_flash_attention", "_flash_fwd_tma_kernel", arg_types("_flash_fwd_tma_kernel", 5, "bf16"), tiles,
+                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, STORE_LSE=store_lse, EVEN_K=even_k))
 
 
 @pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 128), (torch.bfloat16, 256)])  # 256: the estimate's edge
@@ -71,20 +71,13 @@ def test_every_tile_of_the_tma_one_pass_backward_fits(dtype, head_dim):
     """The one-pass backward's TMA kernel buffers every stage and stages each fp32 dQ tile: fits(tma=True)
     must admit only tiles that compile within Hopper's limit."""
     tiles = fa.candidates("bwd_one_pass", head_dim, torch.empty(0, dtype=dtype).element_size(), interpreter=False, tma=True)
-    for tile in tiles:
-        shared = shared_memory_bytes("kernels._flash_attention", "_flash_bwd_tma_kernel",
-                                     arg_types("_flash_bwd_tma_kernel", 9, ELT[dtype]),
-                                     dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False, ADD_DQ=True,
-                                          WS=False, BLOCK_M=tile.block_m, BLOCK_N=tile.block_n), tile.warps, tile.stages)
-        assert shared <= HOPPER_SHARED_PER_BLOCK, f"{tile}: {shared} B"
+    assert_each_fits("_flash_attention", "_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, ELT[dtype]), tiles,
+                     dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False, ADD_DQ=True, WS=False))
 
 
 def test_the_warp_specialized_dkdv_tiles_compile_within_hopper_shared_memory():
     """Every '/ws' dK/dV candidate at head_dim 128: the TMA kernel without the dQ reduce-add, its query
     loop warp-specialized (only without a causal mask, where it was right)."""
-    for tile in (t for t in fa.candidates("bwd_dkdv", 128, 2, interpreter=False, tma=True) if t.ws):
-        shared = shared_memory_bytes("kernels._flash_attention", "_flash_bwd_tma_kernel",
-                                     arg_types("_flash_bwd_tma_kernel", 9, "bf16"),
-                                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, EVEN_Q=False, ADD_DQ=False, WS=True,
-                                          BLOCK_M=tile.block_m, BLOCK_N=tile.block_n), tile.warps, tile.stages)
-        assert shared <= HOPPER_SHARED_PER_BLOCK, f"{tile}: {shared} B"
+    tiles = [t for t in fa.candidates("bwd_dkdv", 128, 2, interpreter=False, tma=True) if t.ws]
+    assert_each_fits("_flash_attention", "_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, "bf16"), tiles,
+                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, EVEN_Q=False, ADD_DQ=False, WS=True))

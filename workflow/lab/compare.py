@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.stats import gmean
 
 from . import claims as claims_mod
 from .provenance import COLUMNS as PROVENANCE
@@ -138,6 +137,8 @@ def _change(r: float) -> str:
 
 
 def _summary(points: pd.DataFrame) -> pd.DataFrame:
+    from scipy.stats import gmean  # here, not at the top: the workflow imports this module to plan every run
+
     def one(g):
         top = g.loc[g["log2_ratio"].abs().idxmax(), "ratio"]
         return pd.Series({"metric": ", ".join(sorted(g["metric"].unique())), "points": len(g),

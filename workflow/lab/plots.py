@@ -3,16 +3,29 @@ and an atomic save. Each figure is drawn by the unit that declares it (lab/units
 op, the metric and the device."""
 from __future__ import annotations
 
-import matplotlib
+import functools
+from typing import TYPE_CHECKING
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
+import pandas as pd
 
-from .table import atomic_path  # noqa: E402
+from .table import atomic_path
 
-sns.set_theme(style="whitegrid", context="notebook")
+if TYPE_CHECKING:  # annotations only: pyplot is imported on first use (plots.libs)
+    import matplotlib.pyplot as plt
+
+
+@functools.cache
+def libs():
+    """(matplotlib.pyplot, seaborn), imported and styled on first use: planning a run and running an
+    experiment import every unit and draw nothing, and these two cost seconds per process."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="notebook")
+    return plt, sns
 
 
 def device_of(df: pd.DataFrame) -> str:
@@ -21,6 +34,7 @@ def device_of(df: pd.DataFrame) -> str:
 
 def placeholder(title: str, df: pd.DataFrame) -> plt.Figure:
     """What a figure shows when its data could not be measured here (never an empty or fake plot)."""
+    plt, _ = libs()
     fig, ax = plt.subplots(figsize=(7, 2.5))
     reasons = "; ".join(sorted(df["error"].dropna().unique()))[:160] or "no data"
     ax.text(0.5, 0.5, f"not measured on {device_of(df)}\n{reasons}", ha="center", va="center", wrap=True)
@@ -40,6 +54,7 @@ def measured(df: pd.DataFrame) -> pd.DataFrame:
 
 def band(ax, df: pd.DataFrame, x: str, hue: str, metric: str):
     """Median line with a p20-p80 band per hue level."""
+    _, sns = libs()
     d = df[df["metric"] == metric]
     wide = d.pivot_table(index=[hue, x], columns="quantile", values="value").reset_index()
     palette = dict(zip(sorted(wide[hue].unique()), sns.color_palette(n_colors=wide[hue].nunique())))
@@ -53,4 +68,4 @@ def band(ax, df: pd.DataFrame, x: str, hue: str, metric: str):
 def save(fig: plt.Figure, path: str) -> None:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    libs()[0].close(fig)

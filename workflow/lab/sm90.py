@@ -37,16 +37,22 @@ def compile_in_process(module: str, kernel: str, arg_types: dict[str, str], cons
 def shared_memory_bytes(module: str, kernel: str, arg_types: dict[str, str], constexprs: dict,
                         num_warps: int = 4, num_stages: int = 3) -> int:
     """Shared memory (bytes) a launch of ``module.kernel`` needs on sm_90, compiled in a child process."""
+    return shared_memory_each([dict(module=module, kernel=kernel, arg_types=arg_types, constexprs=constexprs,
+                                    num_warps=num_warps, num_stages=num_stages)])[0]
+
+
+def shared_memory_each(requests: list[dict]) -> list[int]:
+    """shared_memory_bytes for each request (its arguments by name), all compiled in one child process:
+    the child's start (importing torch and Triton) costs more than a compile."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["KERNELS_BACKEND"] = "aot"
-    request = json.dumps(dict(module=module, kernel=kernel, arg_types=arg_types, constexprs=constexprs,
-                              num_warps=num_warps, num_stages=num_stages))
-    done = subprocess.run([sys.executable, "-m", "lab.sm90", request], env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "lab.sm90", json.dumps(requests)], env=env, capture_output=True,
+                          text=True)
     if done.returncode:
-        raise RuntimeError(f"compiling {module}.{kernel} for sm_90 failed:\n{done.stderr[-4000:]}")
-    return int(json.loads(done.stdout.strip().splitlines()[-1])["shared"])
+        names = sorted({f"{r['module']}.{r['kernel']}" for r in requests})
+        raise RuntimeError(f"compiling {', '.join(names)} for sm_90 failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])["shared"]
 
 
 if __name__ == "__main__":
-    compiled = compile_in_process(**json.loads(sys.argv[1]))
-    print(json.dumps({"shared": compiled.metadata.shared}))
+    print(json.dumps({"shared": [compile_in_process(**r).metadata.shared for r in json.loads(sys.argv[1])]}))

@@ -3,9 +3,9 @@ two (claim 18), the shared-memory wall (claims 10, 11) and its speed next to fla
 where it runs."""
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
+from typing import TYPE_CHECKING
+
 import pandas as pd
-import seaborn as sns
 import torch
 import torch.nn.functional as F
 import yaml
@@ -19,6 +19,9 @@ from ..summary import median, ok
 from ..table import needs_gpu, row
 from ..verify import attention_eps, max_abs_diff, within_fa_rule
 from . import claim, experiment, figure, section
+
+if TYPE_CHECKING:  # annotations only: pyplot is imported on first use (plots.libs)
+    import matplotlib.pyplot as plt
 
 RUNG = 4
 SCHEMA = yaml.safe_load("""
@@ -323,6 +326,7 @@ def figure_wall(t):
 
 def plot_attention_head_dims(df: pd.DataFrame) -> plt.Figure:
     """Max error against fp64 per head dim: the writeup's kernel as printed and with the head-dim mask."""
+    plt, sns = plots.libs()
     d = plots.measured(df)
     d = d[d["metric"] == "max_abs_diff"]
     if d.empty:
@@ -359,6 +363,7 @@ def plot_wall(attn: pd.DataFrame, flash: pd.DataFrame) -> plt.Figure:
     """Top: which n_k each kernel handles (the writeup's fails at its wall, flash runs on), each length its
     own column so that 2^i and 2^i + 1 never hide each other. Bottom: the shared memory the writeup's
     kernel asks for against the per-block limit."""
+    plt, sns = plots.libs()
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(10, 7.5), height_ratios=[1.1, 1])
     attn, flash = attn[attn["n_k"].notna()], flash[flash["n_k"].notna()]  # not the memory rows
     a = attn.assign(series="writeup attention, " + attn["dtype"] + " d=" + attn["d"].astype(int).astype(str))

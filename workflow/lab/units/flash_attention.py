@@ -6,10 +6,9 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import pandas as pd
-import seaborn as sns
 import torch
 import torch.nn.functional as F
 import yaml
@@ -25,6 +24,9 @@ from ..table import needs_gpu, row
 from ..verify import attention_eps, flash_errors, max_abs_diff, within_fa_rule
 from . import claim, experiment, figure, section
 from .calibration import own_ceiling
+
+if TYPE_CHECKING:  # annotations only: pyplot is imported on first use (plots.libs)
+    import matplotlib.pyplot as plt
 
 RUNG = 5  # the rung the writeup did not climb
 SCHEMA = yaml.safe_load("""
@@ -518,6 +520,7 @@ def figure_call_latency(t):
 
 
 def plot_flash_performance(df: pd.DataFrame, matmul_tflops: float | None) -> plt.Figure:
+    plt, _ = plots.libs()
     d = plots.measured(df)
     d = d[d["metric"] == "throughput"]
     if d.empty:
@@ -543,6 +546,7 @@ def plot_flash_performance(df: pd.DataFrame, matmul_tflops: float | None) -> plt
 
 
 def plot_flash_memory(df: pd.DataFrame) -> plt.Figure:
+    plt, sns = plots.libs()
     d = plots.measured(df)
     d = d[d["metric"] == "peak_extra_memory"]
     if d.empty:
@@ -558,6 +562,7 @@ def plot_flash_memory(df: pd.DataFrame) -> plt.Figure:
 
 def plot_flash_vs_best_sdpa(wide: pd.DataFrame, device: str) -> plt.Figure:
     """flash_attention's TFLOP/s over the fastest SDPA backend's at each point."""
+    plt, sns = plots.libs()
     if wide.empty or "triton/best_sdpa" not in wide:
         return plots.needs_gpu("flash_attention / best SDPA", device)
     d = wide.assign(case=lambda w: w["variant"] + ", d=" + w["d"].astype(int).astype(str)
@@ -577,6 +582,7 @@ def plot_flash_vs_best_sdpa(wide: pd.DataFrame, device: str) -> plt.Figure:
 
 def plot_call_latency(floor: dict[str, float], device: str) -> plt.Figure:
     """Microseconds per call on a problem too small to keep the GPU busy."""
+    plt, sns = plots.libs()
     if not floor:
         return plots.needs_gpu("per-call latency", device)
     d = pd.DataFrame({"provider": list(floor), "us": list(floor.values())}).sort_values("us")

@@ -4,9 +4,9 @@ writeup's kernel, and sizes past 2**31 elements across kernels (claim 20). It ru
 declaration here names the tables of other units it reads."""
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
+from typing import TYPE_CHECKING
+
 import pandas as pd
-import seaborn as sns
 
 from .. import plots
 from ..claims import NEEDS_GPU, NOT_REPRODUCED, NUANCE, REPRODUCED, bools, first_line, weakest
@@ -17,6 +17,9 @@ from . import claim, figure, section
 from .calibration import own_ceiling
 from .relu_dropout import UNFUSED
 from .softmax import BACKWARD_SLACK, NAIVE
+
+if TYPE_CHECKING:  # annotations only: pyplot is imported on first use (plots.libs)
+    import matplotlib.pyplot as plt
 
 RUNG = 9  # after every rung
 # The memory-bound kernels and the column their performance tables sweep.
@@ -236,6 +239,7 @@ def figure_fusion(t):
 def plot_bandwidth(tables: dict[str, pd.DataFrame], copy: dict[str, float | None]) -> plt.Figure:
     """Memory-bound kernels: achieved GB/s per provider with p20-p80 bands, and the copy ceiling each
     kernel's job measured on its GPU."""
+    plt, _ = plots.libs()
     measured = {k: forward(v) for k, v in tables.items()}
     if all(v.empty for v in measured.values()):
         return plots.placeholder("memory-bound kernels: bandwidth", pd.concat(tables.values()))
@@ -258,6 +262,7 @@ def plot_bandwidth(tables: dict[str, pd.DataFrame], copy: dict[str, float | None
 
 def plot_ceiling_fraction(fractions: pd.DataFrame) -> plt.Figure:
     """Best median throughput of every kernel and peer as a fraction of the ceiling that bounds it."""
+    plt, sns = plots.libs()
     if fractions.empty:
         return plots.needs_gpu("fraction of the measured ceilings")
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(fractions) + 2))
@@ -272,6 +277,7 @@ def plot_ceiling_fraction(fractions: pd.DataFrame) -> plt.Figure:
 
 def plot_fusion(f: pd.DataFrame, device: str) -> plt.Figure:
     """Unfused time / fused time per size, one panel per kernel: above 1 the fused kernel is faster."""
+    plt, sns = plots.libs()
     if f.empty:
         return plots.needs_gpu("fused vs unfused: time ratio", device)
     kernels = list(dict.fromkeys(f["kernel"]))

@@ -3,13 +3,11 @@ again), the writeup's statistics and an exact same-seed reference (claims 2, 3, 
 elements (claim 20), and fused vs unfused time and bytes, forward and backward (claim 12)."""
 from __future__ import annotations
 
-import numpy as np
-import torch
-from scipy import stats
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
-import seaborn as sns
+import torch
 import yaml
 
 from .. import isolated, plots
@@ -21,6 +19,9 @@ from ..summary import median, ok
 from ..table import needs_gpu, row
 from . import claim, experiment, figure, section
 from .calibration import own_ceiling
+
+if TYPE_CHECKING:  # annotations only: pyplot is imported on first use (plots.libs)
+    import matplotlib.pyplot as plt
 
 RUNG = 2
 SCHEMA = yaml.safe_load("""
@@ -124,6 +125,8 @@ def statistics(s: dict) -> list[dict]:
 
 
 def _statistics(relu_dropout, x: torch.Tensor, p: float, s: dict, params: dict) -> list[dict]:
+    from scipy import stats  # here, not at the top: every process that plans a run imports this module
+
     rows, size, seeds = [], x.numel(), s["seeds"]
     drops, max_ulp = [], 0.0
     for seed in range(s["seed"], s["seed"] + seeds):
@@ -323,6 +326,7 @@ def figure_dropout_rates(t):
 
 def plot_dropout_rates(df: pd.DataFrame) -> plt.Figure:
     """Each seed's drop rate minus p, in binomial standard deviations, with the writeup's band."""
+    plt, sns = plots.libs()
     d = plots.measured(df)
     rates = d[d["metric"] == "drop_rate"].copy()
     rates["sigmas"] = (rates["value"] - rates["p"]) / rates["sigma"]

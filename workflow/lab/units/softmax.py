@@ -5,10 +5,9 @@ naive multi-op version timed forward and backward at every row width (claim 12).
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import pandas as pd
-import seaborn as sns
 import torch
 import yaml
 
@@ -23,6 +22,9 @@ from ..table import needs_gpu, row
 from ..verify import max_abs_diff
 from . import claim, experiment, figure, section
 from .calibration import own_ceiling
+
+if TYPE_CHECKING:  # annotations only: pyplot is imported on first use (plots.libs)
+    import matplotlib.pyplot as plt
 
 RUNG = 3
 SCHEMA = yaml.safe_load("""
@@ -530,6 +532,7 @@ def figure_softmax_widths(t):
 
 
 def plot_softmax_bug(df: pd.DataFrame, writeup_diff: float, writeup_n_cols: int) -> plt.Figure:
+    plt, sns = plots.libs()
     d = plots.measured(df)
     raised = df[df["status"] == "raised"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
@@ -561,6 +564,7 @@ def plot_softmax_bug(df: pd.DataFrame, writeup_diff: float, writeup_n_cols: int)
 
 def plot_softmax_widths(w, copy_gbps: float | None, device: str) -> plt.Figure:
     """softmax GB/s against row width, forward and backward: the project's kernel, torch, the writeup's."""
+    plt, sns = plots.libs()
     if w.empty:
         return plots.needs_gpu("softmax at every row width", device)
     providers = [p for p in (FUSED, TORCH_SOFTMAX, COMPILED, WRITEUP) if p in w]
