@@ -520,8 +520,9 @@ def figure_softmax_bug(t):
 
 
 @figure("softmax_widths", ["calibration/ceilings", "softmax/performance"], "Performance", caption="""
-``kernels.softmax`` (the project's), ``torch.softmax`` and the writeup's kernel (one block per row, sized to
-the row) at every row width, forward and backward, every input of the same size. Bandwidth counts what the op
+``kernels.softmax`` (the project's), ``torch.softmax`` (eager, and under ``torch.compile`` where timed) and the
+writeup's kernel (one block per row, sized to the row) at every row width, forward and backward, every input
+of the same size. Bandwidth counts what the op
 must move at the least: read x and write y forward; read y and dy and write dx backward. Rows up to 32768
 columns fit one program (narrow rows share one); wider rows are split over a group of programs that meet at a
 per-row barrier. The dashed line is the copy measured in the same run, the dotted one 0.9 of it.""")
