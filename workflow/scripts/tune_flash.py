@@ -54,8 +54,9 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   specialized loop, or carried through it as a loop value (each row's last key, each key's first
   query): still wrong on triton 3.6 (errors 0.4-4 in the output and every gradient, at lengths 200 to
   1500, equal and unequal), so the fault is not in how the indices reach the consumer groups. They ran
-  at 387 (S = 4096) and 435 (S = 16384) forward against 414 and 451 for the pointer kernel, and 332
-  and 375 forward+backward against 301 and 345 (cuDNN 583, 565 and 471, 527). The masked tiles apart
+  at 387 (S = 4096) and 435 (S = 16384) forward against 414 and 451 for the pointer kernel, and, both
+  after that '/ws' forward, 332 and 375 forward+backward against 301 and 345 with the pointer dK/dV
+  kernel (cuDNN 583, 565 and 471, 527). The masked tiles apart
   from the specialized loop, unrolled before or after it: with a branch per tile Triton 3.9 does not
   specialize the loop; without one its warp-specialization pass fails to compile the kernel.
   64x128/w4/s3/ws dK/dV tiles returned NaN in dK and dV without a causal mask too (lengths 1000 to
