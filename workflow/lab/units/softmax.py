@@ -230,26 +230,42 @@ def stability(s: dict) -> list[dict]:
     return rows
 
 
-def _providers(x: torch.Tensor) -> dict:
-    """Forward: provider -> (call, bytes it must move at the least). Fused kernels and torch.softmax: read
-    x once, write once. Naive five-op: max (read x), x - max (read, write), exp (read, write), sum (read),
-    divide (read two, write): 8 passes over an M x N tensor."""
+def _softmax_forward(x):
+    return torch.softmax(x, dim=-1)
+
+
+def _softmax_backward(y, dy):
+    return torch._softmax_backward_data(dy, y, -1, y.dtype)
+
+
+def _providers(x: torch.Tensor, compiled=None) -> dict:
+    """Forward: provider -> (call, bytes it must move at the least). Fused kernels and torch.softmax (eager,
+    or ``compiled``, its torch.compile'd form, when given): read x once, write once. Naive five-op: max
+    (read x), x - max (read, write), exp (read, write), sum (read), divide (read two, write): 8 passes over
+    an M x N tensor."""
     from kernels import softmax, softmax_unfused, softmax_writeup
 
     b = x.numel() * x.element_size()
-    return {FUSED: (lambda: softmax(x), 2 * b),
-            WRITEUP: (lambda: softmax_writeup(x), 2 * b),
-            TORCH_SOFTMAX: (lambda: torch.softmax(x, dim=-1), 2 * b),
-            NAIVE: (lambda: softmax_unfused(x), 8 * b)}
+    out = {FUSED: (lambda: softmax(x), 2 * b),
+           WRITEUP: (lambda: softmax_writeup(x), 2 * b),
+           TORCH_SOFTMAX: (lambda: _softmax_forward(x), 2 * b),
+           NAIVE: (lambda: softmax_unfused(x), 8 * b)}
+    if compiled:
+        out[COMPILED] = (lambda: compiled(x), 2 * b)
+    return out
 
 
-def _backward_providers(y: torch.Tensor, dy: torch.Tensor) -> dict:
-    """Backward, dx from y and dy: read two, write one, for the project's kernel and for torch's own."""
+def _backward_providers(y: torch.Tensor, dy: torch.Tensor, compiled=None) -> dict:
+    """Backward, dx from y and dy: read two, write one, for the project's kernel and for torch's own (eager,
+    or ``compiled`` when given)."""
     from kernels import softmax_backward
 
     b = y.numel() * y.element_size()
-    return {FUSED: (lambda: softmax_backward(y, dy), 3 * b),
-            TORCH_SOFTMAX: (lambda: torch._softmax_backward_data(dy, y, -1, y.dtype), 3 * b)}
+    out = {FUSED: (lambda: softmax_backward(y, dy), 3 * b),
+           TORCH_SOFTMAX: (lambda: _softmax_backward(y, dy), 3 * b)}
+    if compiled:
+        out[COMPILED] = (lambda: compiled(y, dy), 3 * b)
+    return out
 
 
 @experiment()
@@ -268,14 +284,6 @@ def passes(s: dict) -> list[dict]:
     return rows
 
 
-def _softmax_forward(x):
-    return torch.softmax(x, dim=-1)
-
-
-def _softmax_backward(y, dy):
-    return torch._softmax_backward_data(dy, y, -1, y.dtype)
-
-
 @experiment(timing=True)
 def performance(s: dict) -> list[dict]:
     """Every row width with inputs of the same size (M = input_bytes / row bytes), forward and backward."""
@@ -291,12 +299,10 @@ def performance(s: dict) -> list[dict]:
             for n in s["n_cols"]:
                 x = randn([max(1, s["input_bytes"] // (n * to_dtype(dtype_name).itemsize)), n], dtype_name, s["seed"])
                 y, dy = torch.softmax(x, dim=-1), torch.randn_like(x)
-                forward = _providers(x)
+                forward = _providers(x, compiled["forward"])
                 if n > s["writeup_max_cols"]:
                     del forward[WRITEUP]
-                b = x.numel() * x.element_size()
-                forward[COMPILED] = (lambda x=x: compiled["forward"](x), 2 * b)
-                backward = {**_backward_providers(y, dy), COMPILED: (lambda y=y, dy=dy: compiled["backward"](y, dy), 3 * b)}
+                backward = _backward_providers(y, dy, compiled["backward"])
                 for direction, providers in (("forward", forward), ("backward", backward)):
                     for provider, (fn, moved) in providers.items():
                         params = dict(provider=provider, direction=direction, n_rows=x.shape[0], n_cols=n,
