@@ -19,24 +19,33 @@ def arg_types(kernel: str, n_ptr: int, elt: str) -> dict:
             else ("fp32" if "scale" in n else "i32") for i, n in enumerate(names)}
 
 
-def assert_each_fits(module: str, kernel: str, types: dict, tiles, consts: dict) -> None:
-    """Each tile of ``kernels.<module>.<kernel>`` compiles for sm_90 within Hopper's shared memory (one child
-    process compiles them all)."""
-    assert tiles, f"no tile of {kernel} to check"
-    requests = [dict(module=f"kernels.{module}", kernel=kernel, arg_types=types, num_warps=t.warps, num_stages=t.stages,
-                     constexprs=dict(consts, BLOCK_M=t.block_m, BLOCK_N=t.block_n)) for t in tiles]
-    for tile, shared in zip(tiles, shared_memory_each(requests)):
-        assert 0 < shared <= HOPPER_SHARED_PER_BLOCK, f"{kernel} {tile}: {shared} B"
+def fit_request(kernel: str, types: dict, tile, consts: dict) -> dict:
+    """shared_memory_each's request for ``kernels._flash_attention.<kernel>`` at this tile."""
+    return dict(module="kernels._flash_attention", kernel=kernel, arg_types=types, num_warps=tile.warps,
+                num_stages=tile.stages, constexprs=dict(consts, BLOCK_M=tile.block_m, BLOCK_N=tile.block_n))
+
+
+def assert_all_fit(requests: dict[str, dict]) -> None:
+    """label -> request: each compiles for sm_90 within Hopper's shared memory (one child process for all)."""
+    assert requests, "nothing to check"
+    for label, shared in zip(requests, shared_memory_each(list(requests.values()))):
+        assert 0 < shared <= HOPPER_SHARED_PER_BLOCK, f"{label}: {shared} B"
+
+
+def assert_each_fits(kernel: str, types: dict, tiles, consts: dict) -> None:
+    assert_all_fit({f"{kernel} {t}": fit_request(kernel, types, t, consts) for t in tiles})
 
 
 @pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 128), (torch.float16, 64), (torch.float32, 256)])
 def test_flash_first_fitting_tile_compiles_and_fits(dtype, head_dim):
     """The first candidate that fits is what runs untuned (correctness jobs, CUDA graph capture)."""
+    requests = {}
     for kernel, n_ptr, kind in (("_flash_fwd_kernel", 5, "fwd"), ("_flash_bwd_dkdv_kernel", 9, "bwd_dkdv"),
                                 ("_flash_bwd_dq_kernel", 7, "bwd_dq"), ("_flash_bwd_dkdv_kernel", 9, "bwd_one_pass")):
         tile = fa.candidates(kind, head_dim, torch.empty(0, dtype=dtype).element_size(), interpreter=False)[0]
-        assert_each_fits("_flash_attention", kernel, arg_types(kernel, n_ptr, ELT[dtype]), [tile],
-                         dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, **CONSTS[kind]))
+        requests[f"{kind} {tile}"] = fit_request(kernel, arg_types(kernel, n_ptr, ELT[dtype]), tile,
+                                                 dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, **CONSTS[kind]))
+    assert_all_fit(requests)
 
 
 @pytest.mark.parametrize("kernel, n_ptr, kind", [("_flash_fwd_kernel", 5, "fwd"),
@@ -46,7 +55,7 @@ def test_flash_first_fitting_tile_compiles_and_fits(dtype, head_dim):
 def test_every_candidate_tile_that_fits_by_estimate_really_fits(kernel, n_ptr, kind):
     """fits() is an estimate; at bf16 D=128 each tile it admits must compile within Hopper's limit."""
     tiles = fa.candidates(kind, 128, 2, interpreter=False)
-    assert_each_fits("_flash_attention", kernel, arg_types(kernel, n_ptr, "bf16"), tiles,
+    assert_each_fits(kernel, arg_types(kernel, n_ptr, "bf16"), tiles,
                      dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, **CONSTS[kind]))
 
 
@@ -62,7 +71,7 @@ def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store
     """Every '/ws' candidate at head_dim 128 (where they are offered), with and without the log-sum-exp
     and the tail mask."""
     tiles = [t for t in fa.candidates("fwd", 128, 2, interpreter=False, tma=True) if t.ws]
-    assert_each_fits("_flash_attention", "_flash_fwd_tma_kernel", arg_types("_flash_fwd_tma_kernel", 5, "bf16"), tiles,
+    assert_each_fits("_flash_fwd_tma_kernel", arg_types("_flash_fwd_tma_kernel", 5, "bf16"), tiles,
                      dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, STORE_LSE=store_lse, EVEN_K=even_k))
 
 
@@ -71,7 +80,7 @@ def test_every_tile_of_the_tma_one_pass_backward_fits(dtype, head_dim):
     """The one-pass backward's TMA kernel buffers every stage and stages each fp32 dQ tile: fits(tma=True)
     must admit only tiles that compile within Hopper's limit."""
     tiles = fa.candidates("bwd_one_pass", head_dim, torch.empty(0, dtype=dtype).element_size(), interpreter=False, tma=True)
-    assert_each_fits("_flash_attention", "_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, ELT[dtype]), tiles,
+    assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, ELT[dtype]), tiles,
                      dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False, ADD_DQ=True, WS=False))
 
 
@@ -79,5 +88,5 @@ def test_the_warp_specialized_dkdv_tiles_compile_within_hopper_shared_memory():
     """Every '/ws' dK/dV candidate at head_dim 128: the TMA kernel without the dQ reduce-add, its query
     loop warp-specialized (only without a causal mask, where it was right)."""
     tiles = [t for t in fa.candidates("bwd_dkdv", 128, 2, interpreter=False, tma=True) if t.ws]
-    assert_each_fits("_flash_attention", "_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, "bf16"), tiles,
+    assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, "bf16"), tiles,
                      dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, EVEN_Q=False, ADD_DQ=False, WS=True))
