@@ -7,7 +7,8 @@ their first 1024 columns and the rest of the output is never written. No error, 
 ``block_size=None`` is the one-line fix (the block sized to the row). ``softmax(x, block_size=1024)``
 still runs the writeup's kernel, so the bug stays reachable under its old name.
 
-``softmax(x)`` is the improved kernel, one of two paths by row width, with a backward for autograd:
+``softmax(x)`` is the improved kernel, one of three paths by row width and dtype (``launch_settings``), with a
+backward for autograd:
 
 - rows that fit on chip: a [BLOCK_M, BLOCK_N] tile holds several narrow rows (one row alone is too little
   work for a program) or one medium row; one read, one write.
@@ -19,6 +20,10 @@ still runs the writeup's kernel, so the bug stays reachable under its old name.
   kernel). Triton's interpreter runs programs one after another, where the wait would never end, so
   there (and on a GPU too small for one row's group) the same kernel runs in two launches, partials
   first, and the second reads x again.
+- wider rows, two-pass: a program walks its row, or its segment of a row, twice in chunks: the max and the
+  sum of exp first, then the output. The first walk asks L2 to keep the lines, so that while the segments
+  of the resident programs fit there the second read comes from L2 and memory still sees one read and one
+  write. Segments of one row meet at the row's counter between the walks, as on the split path.
 """
 from __future__ import annotations
 
@@ -35,20 +40,29 @@ __all__ = ["softmax", "softmax_backward", "softmax_ref", "softmax_naive", "softm
 
 BUGGY_BLOCK_SIZE = 1024  # the writeup's hard-coded value
 
-# Sizes chosen by workflow/scripts/tune_softmax.py on an H200 (bf16 and fp32, rows of 128..2^20 columns).
-# Forward: a tile of TILE_BYTES of input per program for narrow rows (one row at least), one row per
-# program up to ROW_LIMIT columns (next power of two), chunks of CHUNK columns on the split path beyond.
-TILE_BYTES = 4096
-ROW_LIMIT = 32768
-CHUNK, CHUNK_WARPS = 4096, 4
-# Forward warps: 4 up to SMALL_TILE elements per program, else 16 (bf16 rows of 4096 columns: 0.97 of copy with
-# 4 warps, 0.81 with 16 on the H200).
-SMALL_TILE = 4096
-# Backward (two tensors in, one out): tiles of BACKWARD_TILE elements of each up to BACKWARD_ROW_LIMIT, with
-# BACKWARD_WARPS, but BACKWARD_WIDE_WARPS for a row of BACKWARD_ROW_LIMIT columns (32768: 0.98-1.0 of copy
-# with 8 warps, 0.74 in fp32 with 16, against 0.58-0.80 on the split path).
-BACKWARD_TILE, BACKWARD_ROW_LIMIT, BACKWARD_CHUNK, BACKWARD_WARPS, BACKWARD_WIDE_WARPS = 4096, 32768, 4096, 16, 8
-# Past BACKWARD_ROW_LIMIT, chunks of BACKWARD_CHUNK columns with a warp per KiB of chunk (16 fp32, 8 bf16).
+# Sizes chosen on an H200 (workflow/scripts/tune_softmax.py, and the benches its docstring records; bf16 and
+# fp32, rows of 128..2^20 columns; fractions of a device copy).
+# The rows path. Forward: a tile of TILE_BYTES of input per program for narrow rows (one row at least), one row
+# per program up to ROW_LIMIT columns (next power of two); 4 warps up to SMALL_TILE elements per program,
+# else 16 (bf16 rows of 4096 columns: 0.97 with 4 warps, 0.81 with 16).
+TILE_BYTES, ROW_LIMIT, SMALL_TILE = 4096, 32768, 4096
+# Backward (two tensors in, one out): tiles of BACKWARD_TILE elements of each up to BACKWARD_ROW_LIMIT columns,
+# with BACKWARD_WARPS; a row of BACKWARD_ROW_LIMIT columns takes 8 warps in fp32 (0.96; 16 warps: 0.74) and 16
+# in bf16 (0.99-1.01; 8 warps: 0.98-0.99).
+BACKWARD_TILE, BACKWARD_ROW_LIMIT, BACKWARD_WARPS = 4096, 32768, 16
+KiB = 1024
+# Wider rows: (direction, element size, widest row in bytes or None) -> (segment, chunk, warps), the first
+# entry that matches. Segment 0 is the split path (chunks of `chunk` columns held on chip, one read); a
+# segment > 0 is the two-pass path (each `segment` columns of a row walked twice in chunks, the second read
+# from L2).
+WIDE = (
+    ("forward", 4, 256 * KiB, (65536, 32768, 32)),  # fp32 to 65536 columns: 0.87 (split path 0.77)
+    ("forward", 4, None, (0, 4096, 4)),  # wider fp32: 0.74-0.77 (two-pass 0.65-0.73)
+    ("forward", 2, None, (131072, 32768, 32)),  # bf16: 0.60-0.72 (split path 0.53-0.63)
+    ("backward", 4, None, (0, 4096, 4)),  # fp32: 0.87-0.90 to 131072 columns (16 warps: 0.79-0.80)
+    ("backward", 2, 128 * KiB, (65536, 16384, 32)),  # bf16 to 65536 columns: 0.88 (split path 0.57-0.80)
+    ("backward", 2, None, (16384, 16384, 16)),  # wider bf16: 0.72-0.78 (split path 0.45-0.63)
+)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -224,46 +238,151 @@ def _split_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols
     splits = tl.arange(0, SPLITS_P2)
     first = tl.cast(group, tl.int64)
     present = _row_mask(cols, n_cols, group, n_rows)
-    y = tl.load(y_ptr + first * y_row + cols * y_col, mask=present, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + first * dy_row + cols * dy_col, mask=present, other=0.0).to(tl.float32)
+    # Chunks are held in their own dtype (half the registers for bf16) and converted at use.
+    y = tl.load(y_ptr + first * y_row + cols * y_col, mask=present, other=0.0)
+    dy = tl.load(dy_ptr + first * dy_row + cols * dy_col, mask=present, other=0.0)
     for row in range(group, n_rows, n_groups):
         r = tl.cast(row, tl.int64)
         part = part_ptr + r * SPLITS
         if PHASE != 2:
-            tl.store(part + chunk, tl.sum(y * dy, axis=0))
+            tl.store(part + chunk, tl.sum(y.to(tl.float32) * dy.to(tl.float32), axis=0))
         more = _row_mask(cols, n_cols, row + n_groups, n_rows)
-        y_next = tl.load(y_ptr + (r + n_groups) * y_row + cols * y_col, mask=more, other=0.0).to(tl.float32)
-        dy_next = tl.load(dy_ptr + (r + n_groups) * dy_row + cols * dy_col, mask=more, other=0.0).to(tl.float32)
+        y_next = tl.load(y_ptr + (r + n_groups) * y_row + cols * y_col, mask=more, other=0.0)
+        dy_next = tl.load(dy_ptr + (r + n_groups) * dy_row + cols * dy_col, mask=more, other=0.0)
         if PHASE == 0:
             _arrive(counter_ptr + row)
             _wait(counter_ptr + row, SPLITS)
         if PHASE != 1:
             dot = tl.sum(tl.load(part + splits, mask=splits < SPLITS, other=0.0, volatile=True), axis=0)
-            dx = y * (dy - dot)
+            dx = y.to(tl.float32) * (dy.to(tl.float32) - dot)
             tl.store(dx_ptr + r * dx_row + cols * dx_col, dx.to(dx_ptr.dtype.element_ty), mask=cmask)
         y = y_next
         dy = dy_next
 
 
+@triton.jit
+def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col,
+                      n_groups, SEGMENT: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
+                      SPLITS_P2: tl.constexpr, PHASE: tl.constexpr):
+    """Program (group, part) handles columns [part * SEGMENT, +SEGMENT) of rows group, group + n_groups, ...
+    and walks them twice in chunks of CHUNK: first for the max and the sum of exp (loads that ask L2 to keep
+    the lines), then to write y. When the segments of the resident programs fit in L2, the second read comes
+    from there, not from memory. With SPLITS > 1 the programs of a row combine their partials between the
+    two walks, at the row's counter as in _split_forward (PHASE as there)."""
+    pid = tl.program_id(0)
+    group = pid // SPLITS
+    part_index = pid % SPLITS
+    first = part_index * SEGMENT
+    end = first + tl.minimum(n_cols - first, SEGMENT)  # no first + SEGMENT: it may pass int32
+    offsets = tl.arange(0, CHUNK)
+    splits = tl.arange(0, SPLITS_P2)
+    for row in range(group, n_rows, n_groups):
+        r = tl.cast(row, tl.int64)
+        part = part_ptr + r * (2 * SPLITS)  # [max of each segment..., sum of exp of each segment...]
+        if PHASE != 2:
+            m = tl.full([], -float("inf"), tl.float32)
+            total = tl.full([], 0.0, tl.float32)
+            for start in range(first, end, CHUNK):
+                cols = start + offsets
+                x = tl.load(x_ptr + r * x_row + cols * x_col, mask=cols < end, other=-float("inf"),
+                            eviction_policy="evict_last").to(tl.float32)
+                m_new = tl.maximum(m, tl.max(x, axis=0))
+                m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # a chunk of -inf sums to 0, not NaN
+                total = total * tl.exp2((m - m_safe) * LOG2E) + tl.sum(tl.exp2((x - m_safe) * LOG2E), axis=0)
+                m = m_new
+            if SPLITS == 1:
+                row_max = m
+                scale = 1.0 / total
+            else:
+                tl.store(part + part_index, m)
+                tl.store(part + SPLITS + part_index, total)
+                if PHASE == 0:
+                    _arrive(counter_ptr + row)
+        if PHASE != 1:
+            if SPLITS > 1:
+                if PHASE == 0:
+                    _wait(counter_ptr + row, SPLITS)
+                ms = tl.load(part + splits, mask=splits < SPLITS, other=-float("inf"), volatile=True)
+                ls = tl.load(part + SPLITS + splits, mask=splits < SPLITS, other=0.0, volatile=True)
+                row_max = tl.max(ms, axis=0)
+                scale = 1.0 / tl.sum(ls * tl.exp2((ms - row_max) * LOG2E), axis=0)
+            for start in range(first, end, CHUNK):
+                cols = start + offsets
+                x = tl.load(x_ptr + r * x_row + cols * x_col, mask=cols < end, other=0.0,
+                            eviction_policy="evict_first").to(tl.float32)
+                y = tl.exp2((x - row_max) * LOG2E) * scale
+                tl.store(out_ptr + r * out_row + cols * out_col, y.to(out_ptr.dtype.element_ty), mask=cols < end)
+
+
+@triton.jit
+def _two_pass_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols, y_row, y_col, dy_row, dy_col,
+                       dx_row, dx_col, n_groups, SEGMENT: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
+                       SPLITS_P2: tl.constexpr, PHASE: tl.constexpr):
+    """_two_pass_forward's layout for dx = y * (dy - sum(y * dy)): the first walk sums y * dy, the second
+    writes dx."""
+    pid = tl.program_id(0)
+    group = pid // SPLITS
+    part_index = pid % SPLITS
+    first = part_index * SEGMENT
+    end = first + tl.minimum(n_cols - first, SEGMENT)  # no first + SEGMENT: it may pass int32
+    offsets = tl.arange(0, CHUNK)
+    splits = tl.arange(0, SPLITS_P2)
+    for row in range(group, n_rows, n_groups):
+        r = tl.cast(row, tl.int64)
+        part = part_ptr + r * SPLITS
+        if PHASE != 2:
+            acc = tl.zeros([CHUNK], tl.float32)
+            for start in range(first, end, CHUNK):
+                cols = start + offsets
+                y = tl.load(y_ptr + r * y_row + cols * y_col, mask=cols < end, other=0.0,
+                            eviction_policy="evict_last").to(tl.float32)
+                dy = tl.load(dy_ptr + r * dy_row + cols * dy_col, mask=cols < end, other=0.0,
+                             eviction_policy="evict_last").to(tl.float32)
+                acc += y * dy
+            dot = tl.sum(acc, axis=0)
+            if SPLITS > 1:
+                tl.store(part + part_index, dot)
+                if PHASE == 0:
+                    _arrive(counter_ptr + row)
+        if PHASE != 1:
+            if SPLITS > 1:
+                if PHASE == 0:
+                    _wait(counter_ptr + row, SPLITS)
+                dot = tl.sum(tl.load(part + splits, mask=splits < SPLITS, other=0.0, volatile=True), axis=0)
+            for start in range(first, end, CHUNK):
+                cols = start + offsets
+                y = tl.load(y_ptr + r * y_row + cols * y_col, mask=cols < end, other=0.0,
+                            eviction_policy="evict_first").to(tl.float32)
+                dy = tl.load(dy_ptr + r * dy_row + cols * dy_col, mask=cols < end, other=0.0,
+                             eviction_policy="evict_first").to(tl.float32)
+                tl.store(dx_ptr + r * dx_row + cols * dx_col, (y * (dy - dot)).to(dx_ptr.dtype.element_ty),
+                         mask=cols < end)
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """How softmax launches for one row width: a tile of BLOCK_M rows x BLOCK_N columns per program (the
-    rows path), or the split path with rows cut into chunks of ``chunk`` columns; ``num_warps`` per program."""
+    rows path), or the split path with rows cut into chunks of ``chunk`` columns, each held on chip
+    (``segment`` 0), or into segments of ``segment`` columns, each walked twice in chunks (the two-pass
+    path); ``num_warps`` per program."""
     split: bool
     block_m: int
     block_n: int
     chunk: int
     num_warps: int
+    segment: int = 0
 
 
-MAX_COLS = 2**31 - 1  # column offsets are 32-bit in every path
+MAX_COLS = 2**31 - 2**16  # column offsets are 32-bit in every path, a chunk (<= 32768) past the last column included
 
 
 def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, tile: int | None = None,
-                    row_limit: int | None = None, chunk: int | None = None, warps: int | None = None) -> Settings:
-    """The one place softmax's sizes are chosen (the tuned defaults above; keyword overrides for tuning and
-    tests). Sizes are in elements; the forward's default tile holds TILE_BYTES of input. Raises ValueError
-    past MAX_COLS columns."""
+                    row_limit: int | None = None, chunk: int | None = None, warps: int | None = None,
+                    segment: int | None = None) -> Settings:
+    """The one place softmax's sizes are chosen (the tuned defaults above). Keyword overrides, for tuning and
+    tests, replace a default each: row_limit (columns) moves the rows path's end, segment picks the path past
+    it (0: split, > 0: two-pass). Sizes are in elements; the forward's default tile holds TILE_BYTES of
+    input. Raises ValueError past MAX_COLS columns."""
     if not 1 <= n_cols <= MAX_COLS:
         raise ValueError(f"n_cols must be 1..{MAX_COLS} (column offsets are 32-bit), got {n_cols}")
     block_n = triton.next_power_of_2(n_cols)
@@ -271,14 +390,15 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, t
         tile = tile or (BACKWARD_TILE if backward else TILE_BYTES // element_size)
         block_m = max(1, tile // block_n)
         if backward:
-            default_warps = BACKWARD_WIDE_WARPS if block_n >= BACKWARD_ROW_LIMIT else BACKWARD_WARPS
+            default_warps = BACKWARD_WARPS if block_n < BACKWARD_ROW_LIMIT or element_size < 4 else 8
         else:
             default_warps = 4 if block_m * block_n <= SMALL_TILE else 16
         return Settings(False, block_m, block_n, 0, warps or default_warps)
-    if backward:  # a warp per KiB of chunk (bf16 rows of 65536 columns: 0.81 of copy with 8 warps, 0.57 with 16)
-        return Settings(True, 1, 0, chunk or BACKWARD_CHUNK,
-                        warps or max(4, (chunk or BACKWARD_CHUNK) * element_size // 1024))
-    return Settings(True, 1, 0, chunk or CHUNK, warps or CHUNK_WARPS)
+    direction = "backward" if backward else "forward"
+    default = next(sizes for d, size, widest, sizes in WIDE if d == direction and size == (4 if element_size >= 4 else 2)
+                   and (widest is None or n_cols * element_size <= widest))
+    segment = default[0] if segment is None else segment
+    return Settings(True, 1, 0, chunk or default[1], warps or default[2], segment)
 
 
 @functools.lru_cache(maxsize=None)
@@ -299,7 +419,7 @@ def _resident(kernel, device: int, num_warps: int, constexprs: tuple) -> int:
 _compiled: dict = {}
 
 
-def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, chunk: int, part_width: int, num_warps: int):
+def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, cfg: Settings, part_width: int):
     """Launch a split kernel with ``arguments`` (its tensors and strides, by name).
 
     Its one-launch form (PHASE 0) has the programs of a row group wait at a per-row counter for each other,
@@ -307,13 +427,20 @@ def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, chunk: int,
     from the compiled kernel's occupancy and launched as a cooperative grid: the driver refuses a grid that
     cannot be co-resident (an error, here caught) instead of letting it wait forever. Where no group fits,
     where the driver refuses, and always in the interpreter (which runs programs one after another): two
-    launches, partials first, then the output from them (reading the input again)."""
-    splits = triton.cdiv(n_cols, chunk)
-    consts = dict(CHUNK=chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits))
+    launches, partials first, then the output from them (reading the input again). A two-pass kernel
+    (cfg.segment) whose row is one segment waits for no one: one program per row."""
+    splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)
+    consts = dict(CHUNK=cfg.chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits))
+    if cfg.segment:
+        consts["SEGMENT"] = cfg.segment
+    num_warps = cfg.num_warps
     device = next(iter(arguments.values())).device
     arguments = dict(arguments, n_rows=n_rows, n_cols=n_cols,
                      part_ptr=torch.empty((n_rows, part_width * splits), dtype=torch.float32, device=device),
                      counter_ptr=torch.zeros(n_rows, dtype=torch.int32, device=device))  # arrivals per row
+    if cfg.segment and splits == 1:
+        kernel[(n_rows,)](**arguments, n_groups=n_rows, PHASE=0, **consts, num_warps=num_warps)
+        return
     options = dict(num_warps=num_warps, launch_cooperative_grid=True)
     groups = 0
     if backend.current() != "interpreter":
@@ -336,16 +463,16 @@ def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, chunk: int,
 
 @serialized
 def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
-    """Rows that fit one program's tile (launch_settings), else the split path; overrides as there."""
+    """Rows that fit one program's tile (launch_settings), else the split or two-pass path; overrides as there."""
     n_rows, n_cols = x.shape
     if not (n_rows and n_cols):
         return out
     strides = [*x.stride(), *out.stride()]
     cfg = launch_settings(n_cols, x.element_size(), **overrides)
     if cfg.split:
-        _split_launch(_split_forward, dict(out_ptr=out, x_ptr=x, x_row=x.stride(0), x_col=x.stride(1),
-                                           out_row=out.stride(0), out_col=out.stride(1)),
-                      n_rows, n_cols, cfg.chunk, 2, cfg.num_warps)
+        _split_launch(_two_pass_forward if cfg.segment else _split_forward,
+                      dict(out_ptr=out, x_ptr=x, x_row=x.stride(0), x_col=x.stride(1), out_row=out.stride(0),
+                           out_col=out.stride(1)), n_rows, n_cols, cfg, 2)
     else:
         _rows_forward[(triton.cdiv(n_rows, cfg.block_m),)](out, x, n_rows, n_cols, *strides, BLOCK_M=cfg.block_m,
                                                            BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
@@ -362,10 +489,9 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
     strides = [*y.stride(), *dy.stride(), *dx.stride()]
     cfg = launch_settings(n_cols, y.element_size(), backward=True, **overrides)
     if cfg.split:
-        _split_launch(_split_backward, dict(dx_ptr=dx, y_ptr=y, dy_ptr=dy, y_row=y.stride(0), y_col=y.stride(1),
-                                            dy_row=dy.stride(0), dy_col=dy.stride(1), dx_row=dx.stride(0),
-                                            dx_col=dx.stride(1)),
-                      n_rows, n_cols, cfg.chunk, 1, cfg.num_warps)
+        _split_launch(_two_pass_backward if cfg.segment else _split_backward,
+                      dict(dx_ptr=dx, y_ptr=y, dy_ptr=dy, y_row=y.stride(0), y_col=y.stride(1), dy_row=dy.stride(0),
+                           dy_col=dy.stride(1), dx_row=dx.stride(0), dx_col=dx.stride(1)), n_rows, n_cols, cfg, 1)
     else:
         _rows_backward[(triton.cdiv(n_rows, cfg.block_m),)](dx, y, dy, n_rows, n_cols, *strides, BLOCK_M=cfg.block_m,
                                                             BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)

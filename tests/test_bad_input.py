@@ -94,7 +94,7 @@ def softmax_split(monkeypatch):
     from kernels import _softmax
 
     monkeypatch.setattr(_softmax, "ROW_LIMIT", 4)
-    monkeypatch.setattr(_softmax, "CHUNK", 2)
+    monkeypatch.setattr(_softmax, "WIDE", tuple(("forward", size, None, (0, 2, 4)) for size in (2, 4)))
     return softmax
 
 

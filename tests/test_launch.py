@@ -96,11 +96,13 @@ def test_softmax_sizes_come_from_one_place(n_cols, split):
     if not split:
         assert cfg.block_n == 1 << (n_cols - 1).bit_length() and cfg.block_m * cfg.block_n >= cfg.block_n
         assert cfg.block_m == max(1, sm.TILE_BYTES // 4 // cfg.block_n)
-    else:
-        assert cfg.chunk == sm.CHUNK and cfg.num_warps == sm.CHUNK_WARPS
+    else:  # past the rows path, the first entry of the WIDE table that matches
+        expected = (65536, 32768, 32) if n_cols <= 65536 else (0, 4096, 4)  # fp32 rows to 256 KiB: two-pass
+        assert (cfg.segment, cfg.chunk, cfg.num_warps) == expected
     back = sm.launch_settings(n_cols, 4, backward=True)
     assert back.split == (n_cols > sm.BACKWARD_ROW_LIMIT)
     assert sm.launch_settings(n_cols, 4, warps=2).num_warps == 2  # an override wins
+    assert sm.launch_settings(n_cols, 2, row_limit=1, segment=0).segment == 0  # and picks the path
 
 
 @pytest.mark.parametrize("n_cols", [0, sm.MAX_COLS + 1])

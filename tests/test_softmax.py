@@ -71,11 +71,14 @@ def test_bad_input_is_refused(x, kwargs, err):
         softmax(x(), **kwargs)
 
 
-# The improved softmax has two paths by row width; small tiles and chunks force each one at widths the
-# interpreter runs in seconds. On a GPU the split path is the cooperative kernel (one launch, a barrier
-# per row); in the interpreter it is the same kernel in two launches.
+# The improved softmax has three paths by row width; small tiles, chunks and segments force each one at widths
+# the interpreter runs in seconds. On a GPU the split and two-pass paths with several programs per row are
+# cooperative kernels (one launch, a barrier per row); in the interpreter each is the same kernel in two
+# launches.
 PATHS = {"rows": dict(tile=256, row_limit=1024, chunk=64),
-         "split": dict(tile=256, row_limit=16, chunk=64)}
+         "split": dict(tile=256, row_limit=16, chunk=64, segment=0),
+         "two-pass": dict(row_limit=16, chunk=32, segment=64),  # several programs per row
+         "two-pass, a program per row": dict(row_limit=16, chunk=32, segment=2**20)}
 FORWARD_PATHS = {**PATHS, "rows, default tile": dict(row_limit=1024)}
 
 
@@ -86,15 +89,15 @@ def forward(x, path):
 @pytest.mark.parametrize("path", FORWARD_PATHS)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("shape", [(1, 1), (3, 17), (37, 64), (5, 65), (9, 200), (40, 129)])
-def test_both_paths_any_width(shape, dtype, path):
+def test_every_path_any_width(shape, dtype, path):
     """Narrow rows share a tile (37 x 64: 4 rows per program, the last program part-empty); the split
-    path covers one chunk, a chunk and one column, and many rows per group of programs."""
+    and two-pass paths cover one chunk, a chunk and one column, and many rows per group of programs."""
     x = randn(*shape, dtype=dtype, seed=5)
     torch.testing.assert_close(forward(x, path).float(), softmax_ref(x).float(), atol=softmax_atol(dtype), rtol=0)
 
 
 @pytest.mark.parametrize("path", FORWARD_PATHS)
-def test_both_paths_strided_and_minus_inf(path):
+def test_every_path_strided_and_minus_inf(path):
     x = randn(12, 900)[::3, ::4]  # row stride 2700, column stride 4
     x[1, :100] = -float("inf")  # a whole chunk of -inf: its partial sum is 0, not NaN
     x[2, 7] = -float("inf")

@@ -22,8 +22,8 @@ WIDTHS = [2**k for k in range(7, 19)] + [2**20]
 
 
 def candidates(n: int, direction: str) -> dict:
-    """label -> keyword arguments of sm._forward / sm._backward: the defaults, and (forward) the grid
-    they were chosen from. Also tried on the H200 and dropped, as slower: eviction_policy="evict_first",
+    """label -> keyword arguments of sm._forward / sm._backward: the defaults, and the grid they were
+    chosen from (rows tiles forward; the split and two-pass paths from 32768 columns). Also tried on the H200 and dropped, as slower: eviction_policy="evict_first",
     persistent programs looping over tiles (num_stages 1 and 2), and a split path that does not run a
     row ahead. Dropped later (H200, triton 3.6, fractions of copy): for bf16 rows of 32768 columns
     (0.79 with the rows path and 16 warps), a rows kernel that keeps x in bf16 and computes exp twice
@@ -46,19 +46,37 @@ def candidates(n: int, direction: str) -> dict:
     at best 0.80 (fp32) and 0.77 (bf16) at 32768 columns, 0.60 wider, and 0.60-0.62 with Inductor's L2
     hints (evict_last on the first read, evict_first on the second), where the committed kernel had
     0.95-0.99 and 0.59-0.81. Inductor's own backward at 32768 columns, which beats ours in fp32 (0.98-0.99
-    against 0.95-0.96), is that looped two-pass reduction with those hints: its tuned launch sizes are
-    the thing to read next."""
+    against 0.95-0.96), is that two-pass reduction with those hints and one large block: XBLOCK 1, R0_BLOCK
+    32768 (the whole row; 16384 in bf16), 32 warps, 1 stage.
+
+    That led to the two-pass path (kept; the WIDE table in kernels/_softmax.py): a program walks a row, or a
+    segment of it, twice in chunks of 8192-32768 with 16-32 warps, so that few programs are resident and
+    their lines stay in L2 for the second walk; the segments of a row meet at its counter between the
+    walks. Measured (H200, triton 3.6, copy 4132-4186 GB/s; before -> after; 2^28 bytes per input):
+    forward fp32 at 65536 columns 0.77 -> 0.87 (one program per row, chunks of 32768, 32 warps), bf16
+    at 65536..2^20 0.53-0.63 -> 0.60-0.72 (segments of 131072), backward bf16 at 65536 0.57-0.80 -> 0.88
+    (the row, chunks of 16384, 32 warps) and wider 0.45-0.63 -> 0.72-0.78 (segments of 16384, 16 warps).
+    The split backward now holds its chunks in the input dtype, and takes 4 warps in fp32: 0.80 -> 0.90
+    (65536), 0.87 (131072), 0.78 (262144). The bf16 backward at 32768 columns takes 16 warps on the rows
+    path (0.99-1.01, compiled 0.99-1.00). Not kept: the two-pass forward for fp32 rows wider than 65536
+    (0.61-0.73 against the split path's 0.74-0.77: two programs per row sync where one alone did not
+    need to), and at bf16 32768 (0.81-0.87 against 0.79, within run-to-run spread; the rows path stays);
+    a two-pass kernel that scales x by log2(e) once (3% faster, but fp32 errors grow with |x|); the fp32
+    backward at 32768 columns with Inductor's sizes in our two-pass kernel (0.93 against Inductor's 0.98
+    and our rows path's 0.96) and on the rows path with 16 or 32 warps (0.74-0.84); a split forward
+    holding bf16 chunks as bf16 (0.51-0.61, no gain)."""
     out = {"default": {}}
-    if direction == "backward":
-        return out
     width = triton.next_power_of_2(n)
-    for tile in (1024, 2048, 4096, 8192, 16384, 32768):
+    for tile in (1024, 2048, 4096, 8192, 16384, 32768) if direction == "forward" else ():
         for warps in (4, 16):
             if width <= tile <= 2 * max(width, 2048):
                 out[f"rows tile={tile} warps={warps}"] = dict(tile=tile, row_limit=2**21, warps=warps)
     if n >= 32768:
         for chunk, warps in ((4096, 4), (8192, 4), (8192, 8), (8192, 16)):
-            out[f"split chunk={chunk} warps={warps}"] = dict(row_limit=1, chunk=chunk, warps=warps)
+            out[f"split chunk={chunk} warps={warps}"] = dict(row_limit=1, chunk=chunk, warps=warps, segment=0)
+        for segment, chunk, warps in ((32768, 8192, 16), (65536, 16384, 16), (65536, 32768, 32), (131072, 32768, 32)):
+            out[f"two-pass segment={segment} chunk={chunk} warps={warps}"] = dict(
+                row_limit=1, segment=segment, chunk=chunk, warps=warps)
     return out
 
 

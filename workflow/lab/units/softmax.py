@@ -70,8 +70,9 @@ TORCH_SOFTMAX, NAIVE, COMPILED = "torch_softmax", "torch_naive", "torch_compile"
 PROVIDERS = {WRITEUP: "`kernels.softmax_writeup`, the writeup's kernel: one block per row sized to the row (its fix); "
                       "`softmax_writeup(x, 1024)` is its bug. For fp16/bf16 inputs it computes in fp32, the one change, "
                       "which fp32 inputs (every claim's) do not see",
-             FUSED: "`kernels.softmax`, the project's kernel: narrow rows share a program, wide rows are split over a "
-                    "group of programs (any width); backward `kernels.softmax_backward`",
+             FUSED: "`kernels.softmax`, the project's kernel: narrow rows share a program, wider rows are cut "
+                    "into chunks over a group of programs (any width) or walked twice (the second read from L2); "
+                    "backward `kernels.softmax_backward`",
              TORCH_SOFTMAX: "`torch.softmax`; backward `torch._softmax_backward_data`, the kernel autograd runs",
              NAIVE: "softmax as five torch ops (max, subtract, exp, sum, divide)",
              COMPILED: "`torch.softmax` under `torch.compile` (Inductor's generated Triton kernel, the Triton peer a user "
@@ -172,7 +173,7 @@ def bug(s: dict) -> list[dict]:
 def wide(s: dict) -> list[dict]:
     """The project's softmax past Triton's largest block (forward and backward against torch): rows the
     writeup's fix cannot hold in one block. Widths above interpreter_max_cols run only on a GPU (the
-    interpreter runs the split path's programs one after another: minutes per row there)."""
+    interpreter runs the wide paths' programs one after another: minutes per row there)."""
     return _against_torch([[s["n_rows"], n] for n in s["n_cols"]], s["dtypes"], s["seed"], s["interpreter_max_cols"])
 
 
@@ -530,8 +531,8 @@ def figure_softmax_bug(t):
 writeup's kernel (one block per row, sized to the row) at every row width, forward and backward, every input
 of the same size. Bandwidth counts what the op
 must move at the least: read x and write y forward; read y and dy and write dx backward. Rows up to 32768
-columns fit one program (narrow rows share one); wider rows are split over a group of programs that meet at a
-per-row barrier. The dashed line is the copy measured in the same run, the dotted one 0.9 of it.""")
+columns fit one program (narrow rows share one); wider rows are cut over a group of programs that meet at a
+per-row barrier, holding their chunks on chip or reading them twice (the second time from L2). The dashed line is the copy measured in the same run, the dotted one 0.9 of it.""")
 def figure_softmax_widths(t):
     perf = t["softmax/performance"]
     copy = own_ceiling(perf, "copy_gbps", t["calibration/ceilings"])
