@@ -273,7 +273,7 @@ def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_r
     group = pid // SPLITS
     part_index = pid % SPLITS
     first = part_index * SEGMENT
-    end = first + tl.minimum(n_cols - first, SEGMENT)  # no first + SEGMENT: it may pass int32
+    end = tl.minimum(first, n_cols - SEGMENT) + SEGMENT  # min(first + SEGMENT, n_cols), within int32
     offsets = tl.arange(0, CHUNK)
     splits = tl.arange(0, SPLITS_P2)
     for row in range(group, n_rows, n_groups):
@@ -324,7 +324,7 @@ def _two_pass_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_c
     group = pid // SPLITS
     part_index = pid % SPLITS
     first = part_index * SEGMENT
-    end = first + tl.minimum(n_cols - first, SEGMENT)  # no first + SEGMENT: it may pass int32
+    end = tl.minimum(first, n_cols - SEGMENT) + SEGMENT  # min(first + SEGMENT, n_cols), within int32
     offsets = tl.arange(0, CHUNK)
     splits = tl.arange(0, SPLITS_P2)
     for row in range(group, n_rows, n_groups):

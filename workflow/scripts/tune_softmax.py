@@ -64,7 +64,11 @@ def candidates(n: int, direction: str) -> dict:
     a two-pass kernel that scales x by log2(e) once (3% faster, but fp32 errors grow with |x|); the fp32
     backward at 32768 columns with Inductor's sizes in our two-pass kernel (0.93 against Inductor's 0.98
     and our rows path's 0.96) and on the rows path with 16 or 32 warps (0.74-0.84); a split forward
-    holding bf16 chunks as bf16 (0.51-0.61, no gain)."""
+    holding bf16 chunks as bf16 (0.51-0.61, no gain). How a segment's end is computed matters: as
+    first + min(n_cols - first, SEGMENT) the bf16 backward at 131072 columns ran at 0.61 (the committed run
+    made with it: 0.51-0.60 from 131072 up), as min(first, n_cols - SEGMENT) + SEGMENT, or as
+    min(first + SEGMENT, n_cols), at 0.78-0.79. At 2^20 columns that backward measured 0.72 in one process
+    and 0.48 in two later ones (64 segments per row, two rows at a time): not understood yet."""
     out = {"default": {}}
     width = triton.next_power_of_2(n)
     for tile in (1024, 2048, 4096, 8192, 16384, 32768) if direction == "forward" else ():
