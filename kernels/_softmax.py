@@ -380,9 +380,9 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, t
                     row_limit: int | None = None, chunk: int | None = None, warps: int | None = None,
                     segment: int | None = None) -> Settings:
     """The one place softmax's sizes are chosen (the tuned defaults above). Keyword overrides, for tuning and
-    tests, replace a default each: row_limit (columns) moves the rows path's end, segment picks the path past
-    it (0: split, > 0: two-pass). Sizes are in elements; the forward's default tile holds TILE_BYTES of
-    input. Raises ValueError past MAX_COLS columns."""
+    tests, replace a default each (the others stay the width's defaults): row_limit (columns) moves the rows
+    path's end, segment picks the path past it (0: split, > 0: two-pass). Sizes are in elements; the
+    forward's default tile holds TILE_BYTES of input. Raises ValueError past MAX_COLS columns."""
     if not 1 <= n_cols <= MAX_COLS:
         raise ValueError(f"n_cols must be 1..{MAX_COLS} (column offsets are 32-bit), got {n_cols}")
     block_n = triton.next_power_of_2(n_cols)
@@ -461,11 +461,21 @@ def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, cfg: Settin
         kernel[(n_rows * splits,)](**arguments, n_groups=n_rows, PHASE=phase, **consts, num_warps=num_warps)
 
 
+def _columns_fit(t: torch.Tensor) -> bool:
+    """Whether the kernels' column offsets (column index x column stride, in 32 bits) hold t's columns."""
+    return t.stride(1) == 1 or (t.shape[1] - 1) * t.stride(1) < 2**31
+
+
 @serialized
 def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     """Rows that fit one program's tile (launch_settings), else the split or two-pass path; overrides as there."""
     n_rows, n_cols = x.shape
     if not (n_rows and n_cols):
+        return out
+    if not _columns_fit(x):
+        x = x.contiguous()
+    if not _columns_fit(out):  # computed contiguous, then copied in (out may be x itself)
+        out.copy_(_forward.__wrapped__(x, torch.empty(x.shape, dtype=out.dtype, device=out.device), **overrides))
         return out
     strides = [*x.stride(), *out.stride()]
     cfg = launch_settings(n_cols, x.element_size(), **overrides)
@@ -481,11 +491,12 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
 
 @serialized
 def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
-    """_forward's two paths for dx."""
+    """_forward's paths for dx."""
     n_rows, n_cols = y.shape
     dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
     if not (n_rows and n_cols):
         return dx
+    y, dy = (t if _columns_fit(t) else t.contiguous() for t in (y, dy))
     strides = [*y.stride(), *dy.stride(), *dx.stride()]
     cfg = launch_settings(n_cols, y.element_size(), backward=True, **overrides)
     if cfg.split:

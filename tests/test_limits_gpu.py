@@ -43,3 +43,16 @@ def test_flash_attention_past_int32_and_65535_heads():
     rows = flash_exp._probe(4400, 16, 256, 128, "bfloat16", 0)  # batch x heads = 70400
     assert {r["bh"] for r in rows} == {0, 65535, 70399}
     assert all(r["value"] for r in rows if r["metric"] == "matches"), rows
+
+
+def test_softmax_of_a_transposed_tensor_whose_column_offsets_pass_int32():
+    """Column index x column stride past 2**31 (a transpose of a tall tensor): forward and backward still
+    right (the kernels run such a tensor contiguous)."""
+    from kernels import softmax, softmax_backward
+
+    x = torch.randn(2**27 + 5, 16, device="cuda", dtype=torch.bfloat16).t()  # columns 16 elements apart
+    y = softmax(x)
+    torch.testing.assert_close(y.float(), torch.softmax(x.float(), -1), atol=1e-2, rtol=0)
+    dy = torch.randn_like(y)
+    ref = torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)
+    torch.testing.assert_close(softmax_backward(y, dy.t().contiguous().t()).float(), ref, atol=1e-2, rtol=0)

@@ -133,6 +133,40 @@ def test_autograd_gradcheck_style():
     assert torch.equal(softmax_backward(softmax(x.detach()), dy), sm._backward(softmax(x.detach()), dy))
 
 
+def test_column_offsets_past_int32_are_made_to_fit(monkeypatch):
+    """The kernels compute column index x column stride in 32 bits: a tensor whose last column lies 2**31
+    elements or more past its first runs contiguous, and an out= like that is written through a buffer (in
+    place too). Forced here on small strided tensors by counting every strided one as too wide."""
+    meta = lambda shape, stride: torch.empty_strided(shape, stride, device="meta")
+    assert not sm._columns_fit(meta((2, 2**27 + 4), (1, 16)))
+    assert sm._columns_fit(meta((2, 2**27), (1, 16))) and sm._columns_fit(meta((2, 2**27 + 4), (2**31 + 5, 1)))
+    monkeypatch.setattr(sm, "_columns_fit", lambda t: t.stride(1) == 1)
+    strides = []  # the column strides of the tensors each kernel is handed
+
+    def spy(kernel, tensors):
+        class Launch:
+            def __getitem__(self, grid):
+                def launch(*args, **kwargs):
+                    strides.extend(a.stride(1) for a in args[:tensors])
+                    return kernel[grid](*args, **kwargs)
+                return launch
+        return Launch()
+
+    monkeypatch.setattr(sm, "_rows_forward", spy(sm._rows_forward, 2))
+    monkeypatch.setattr(sm, "_rows_backward", spy(sm._rows_backward, 3))
+    x = randn(6, 80, seed=11)[:, ::2]
+    want = torch.softmax(x, -1)
+    out = torch.empty(6, 80)[:, ::2]
+    assert sm._forward(x, out) is out
+    torch.testing.assert_close(out, want, atol=1e-6, rtol=0)
+    inplace = x.clone().t().contiguous().t()  # column stride 6
+    torch.testing.assert_close(sm._forward(inplace, inplace), want, atol=1e-6, rtol=0)
+    dy = randn(6, 80, seed=12)[:, ::2]
+    torch.testing.assert_close(sm._backward(want.t().contiguous().t(), dy),
+                               torch._softmax_backward_data(dy, want, -1, torch.float32), atol=1e-6, rtol=0)
+    assert strides == [1] * 7  # out and x twice, then dx, y and dy
+
+
 def test_writeup_kernel_beside_the_improved_one():
     x = randn(3, 1500, seed=6)
     torch.testing.assert_close(softmax_writeup(x), softmax(x), atol=1e-6, rtol=0)
@@ -142,7 +176,7 @@ def test_writeup_kernel_beside_the_improved_one():
 
 @pytest.mark.skipif(not ON_GPU, reason="the cooperative split kernel runs only on a GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape", [(300, 131072), (7, 262144 + 3), (2, 2**20)])
+@pytest.mark.parametrize("shape", [(5, 40000), (300, 131072), (7, 262144 + 3), (2, 2**20)])
 def test_wide_rows_on_the_gpu(shape, dtype):
     """The default configuration on rows that do not fit in one program: more rows than groups, odd widths."""
     x = randn(*shape, dtype=dtype, seed=7)
