@@ -47,9 +47,9 @@ BUGGY_BLOCK_SIZE = 1024  # the writeup's hard-coded value
 # else 16 (bf16 rows of 4096 columns: 0.97 with 4 warps, 0.81 with 16).
 TILE_BYTES, ROW_LIMIT, SMALL_TILE = 4096, 32768, 4096
 # Backward (two tensors in, one out): tiles of BACKWARD_TILE elements of each up to BACKWARD_ROW_LIMIT columns,
-# with BACKWARD_WARPS; a row of BACKWARD_ROW_LIMIT columns takes 8 warps in fp32 (0.96; 16 warps: 0.74) and 16
-# in bf16 (0.99-1.01; 8 warps: 0.98-0.99).
-BACKWARD_TILE, BACKWARD_ROW_LIMIT, BACKWARD_WARPS = 4096, 32768, 16
+# with BACKWARD_WARPS, but a row of BACKWARD_ROW_LIMIT columns in fp32 with BACKWARD_FP32_ROW_WARPS (0.96; 16
+# warps: 0.74; bf16 there keeps 16: 0.99-1.01, with 8 warps 0.98-0.99).
+BACKWARD_TILE, BACKWARD_ROW_LIMIT, BACKWARD_WARPS, BACKWARD_FP32_ROW_WARPS = 4096, 32768, 16, 8
 KiB = 1024
 # Wider rows: (direction, element size, widest row in bytes or None) -> (segment, chunk, warps), the first
 # entry that matches. Segment 0 is the split path (chunks of `chunk` columns held on chip, one read); a
@@ -390,7 +390,8 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, t
         tile = tile or (BACKWARD_TILE if backward else TILE_BYTES // element_size)
         block_m = max(1, tile // block_n)
         if backward:
-            default_warps = BACKWARD_WARPS if block_n < BACKWARD_ROW_LIMIT or element_size < 4 else 8
+            fp32_row = block_n >= BACKWARD_ROW_LIMIT and element_size >= 4
+            default_warps = BACKWARD_FP32_ROW_WARPS if fp32_row else BACKWARD_WARPS
         else:
             default_warps = 4 if block_m * block_n <= SMALL_TILE else 16
         return Settings(False, block_m, block_n, 0, warps or default_warps)
