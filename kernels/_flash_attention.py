@@ -292,6 +292,43 @@ def _bwd_delta_kernel(o_ptr, do_ptr, delta_ptr,
     tl.store(delta_ptr + bh.to(tl.int64) * seq_q + offs_m, delta, mask=offs_m < seq_q)
 
 
+@triton.jit
+def _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr, row_base,
+                lo, hi, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
+                CAUSAL: tl.constexpr, ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                ADD_DQ: tl.constexpr):
+    """Query tiles [lo, hi) past one program's keys. CAUSAL: the tiles a causal mask cuts (it is applied);
+    ROWS: tiles that may pass seq_q (their rows are masked). Elsewhere neither test runs."""
+    for start_m in tl.range(lo, hi, BLOCK_M):
+        rows = start_m + offs_m
+        if ROWS:
+            row_mask = rows < seq_q
+            q = tl.load(q_ptrs + start_m * stride_qm, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
+            do = tl.load(do_ptrs + start_m * stride_dom, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
+            lse = tl.load(lse_ptr + row_base + rows, mask=row_mask, other=float("inf"))
+            delta = tl.load(delta_ptr + row_base + rows, mask=row_mask, other=0.0)
+        else:
+            q = tl.load(q_ptrs + start_m * stride_qm, mask=d_mask[None, :], other=0.0)
+            do = tl.load(do_ptrs + start_m * stride_dom, mask=d_mask[None, :], other=0.0)
+            lse = tl.load(lse_ptr + row_base + rows)
+            delta = tl.load(delta_ptr + row_base + rows)
+        p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
+        if CAUSAL:
+            p_t = tl.where(offs_n[:, None] <= rows[None, :] + causal_offset, p_t, 0.0)
+        dv = tl.dot(p_t.to(do.dtype), do, dv)
+        dp_t = tl.dot(v, tl.trans(do))
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk = tl.dot(ds_t.to(q.dtype), q, dk)
+        if ADD_DQ:
+            dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k)  # (BLOCK_M, BLOCK_D); scaled once, after all adds
+            dq_ptrs = dq_acc_ptr + (row_base + rows[:, None]) * BLOCK_D + offs_d[None, :]
+            if ROWS:
+                tl.atomic_add(dq_ptrs, dq, mask=(rows < seq_q)[:, None], sem="relaxed")
+            else:
+                tl.atomic_add(dq_ptrs, dq, sem="relaxed")
+    return dk, dv
+
+
 @_jit
 def _flash_bwd_dkdv_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
@@ -326,28 +363,27 @@ def _flash_bwd_dkdv_kernel(
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
+    # Query tiles in three runs: those the causal mask cuts (query i sees key j iff i >= j - causal_offset),
+    # then whole tiles no mask touches, then the tile that passes seq_q: the mask's arithmetic only where
+    # it changes something.
     causal_offset = seq_k - seq_q
     lo = 0
-    if CAUSAL:  # query i sees key j iff i >= j - causal_offset
+    mid = 0
+    if CAUSAL:
         lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
-    for start_m in tl.range(lo, seq_q, BLOCK_M):
-        rows = start_m + offs_m
-        row_mask = rows < seq_q
-        q = tl.load(q_ptrs + start_m * stride_qm, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
-        do = tl.load(do_ptrs + start_m * stride_dom, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
-        lse = tl.load(lse_ptr + row_base + rows, mask=row_mask, other=float("inf"))
-        delta = tl.load(delta_ptr + row_base + rows, mask=row_mask, other=0.0)
-        p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
-        if CAUSAL:
-            p_t = tl.where(offs_n[:, None] <= rows[None, :] + causal_offset, p_t, 0.0)
-        dv = tl.dot(p_t.to(do.dtype), do, dv)
-        dp_t = tl.dot(v, tl.trans(do))
-        ds_t = p_t * (dp_t - delta[None, :])
-        dk = tl.dot(ds_t.to(q.dtype), q, dk)
-        if ADD_DQ:
-            dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k)  # (BLOCK_M, BLOCK_D); scaled once, after all adds
-            tl.atomic_add(dq_acc_ptr + (row_base + rows[:, None]) * BLOCK_D + offs_d[None, :], dq,
-                          mask=row_mask[:, None], sem="relaxed")
+        # the first tile whose first query sees this program's last key
+        mid = tl.minimum(tl.maximum(tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M,
+                                    lo), seq_q)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
+                             row_base, lo, mid, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
+                             True, True, BLOCK_M, BLOCK_D, ADD_DQ)
+    whole = tl.maximum(mid, (seq_q // BLOCK_M) * BLOCK_M)
+    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
+                         row_base, mid, whole, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
+                         False, False, BLOCK_M, BLOCK_D, ADD_DQ)
+    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
+                         row_base, whole, seq_q, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
+                         False, True, BLOCK_M, BLOCK_D, ADD_DQ)
     dk = dk * sm_scale
 
     tl.store(dk_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
@@ -422,6 +458,29 @@ def _flash_bwd_tma_kernel(
     dv_desc.store([start_n, 0], dv.to(dv_ptr.dtype.element_ty))
 
 
+@triton.jit
+def _dq_tiles(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, lo, hi, offs_m, offs_n, d_mask,
+              seq_k, causal_offset, qk_scale, MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Key tiles [lo, hi) past one program's queries; MASK: tiles the causal mask or seq_k cuts."""
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        if MASK:
+            kv_mask = (cols[:, None] < seq_k) & d_mask[None, :]
+        else:
+            kv_mask = d_mask[None, :]
+        k = tl.load(k_ptrs + start_n * stride_kn, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptrs + start_n * stride_vn, mask=kv_mask, other=0.0)
+        p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])
+        if MASK:
+            keep = cols[None, :] < seq_k
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
+            p = tl.where(keep, p, 0.0)
+        ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq)
+    return dq
+
+
 @_jit
 def _flash_bwd_dq_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
@@ -454,22 +513,18 @@ def _flash_bwd_dq_kernel(
     v_ptrs = v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
+    # Key tiles in two runs: whole tiles every query here sees, then those the causal mask or seq_k cuts.
     causal_offset = seq_k - seq_q
     hi = seq_k
+    whole = (seq_k // BLOCK_N) * BLOCK_N
     if CAUSAL:
         hi = tl.maximum(tl.minimum(seq_k, start_m + BLOCK_M + causal_offset), 0)
-    for start_n in tl.range(0, hi, BLOCK_N):
-        cols = start_n + offs_n
-        kv_mask = (cols[:, None] < seq_k) & d_mask[None, :]
-        k = tl.load(k_ptrs + start_n * stride_kn, mask=kv_mask, other=0.0)
-        v = tl.load(v_ptrs + start_n * stride_vn, mask=kv_mask, other=0.0)
-        p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])
-        keep = cols[None, :] < seq_k
-        if CAUSAL:
-            keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
-        p = tl.where(keep, p, 0.0)
-        ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
-        dq = tl.dot(ds.to(k.dtype), k, dq)
+        # tiles whose last key the first query here sees
+        whole = tl.minimum(whole, (tl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N) * BLOCK_N)
+    dq = _dq_tiles(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, 0, whole, offs_m, offs_n, d_mask,
+                   seq_k, causal_offset, qk_scale, False, CAUSAL, BLOCK_N)
+    dq = _dq_tiles(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, whole, hi, offs_m, offs_n, d_mask,
+                   seq_k, causal_offset, qk_scale, True, CAUSAL, BLOCK_N)
     dq = dq * sm_scale
     tl.store(dq_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
              dq.to(dq_ptr.dtype.element_ty), mask=q_mask)
