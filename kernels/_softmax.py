@@ -261,6 +261,16 @@ def _split_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols
 
 
 @triton.jit
+def _segment(n_cols, SEGMENT: tl.constexpr, SPLITS: tl.constexpr):
+    """This program's row group, its segment's index, and the segment's columns [first, end)."""
+    pid = tl.program_id(0)
+    part_index = pid % SPLITS
+    first = part_index * SEGMENT
+    end = tl.minimum(first, n_cols - SEGMENT) + SEGMENT  # min(first + SEGMENT, n_cols), within int32
+    return pid // SPLITS, part_index, first, end
+
+
+@triton.jit
 def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col,
                       n_groups, SEGMENT: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
                       SPLITS_P2: tl.constexpr, PHASE: tl.constexpr):
@@ -269,11 +279,7 @@ def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_r
     the lines), then to write y. When the segments of the resident programs fit in L2, the second read comes
     from there, not from memory. With SPLITS > 1 the programs of a row combine their partials between the
     two walks, at the row's counter as in _split_forward (PHASE as there)."""
-    pid = tl.program_id(0)
-    group = pid // SPLITS
-    part_index = pid % SPLITS
-    first = part_index * SEGMENT
-    end = tl.minimum(first, n_cols - SEGMENT) + SEGMENT  # min(first + SEGMENT, n_cols), within int32
+    group, part_index, first, end = _segment(n_cols, SEGMENT, SPLITS)
     offsets = tl.arange(0, CHUNK)
     splits = tl.arange(0, SPLITS_P2)
     for row in range(group, n_rows, n_groups):
@@ -320,11 +326,7 @@ def _two_pass_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_c
                        SPLITS_P2: tl.constexpr, PHASE: tl.constexpr):
     """_two_pass_forward's layout for dx = y * (dy - sum(y * dy)): the first walk sums y * dy, the second
     writes dx."""
-    pid = tl.program_id(0)
-    group = pid // SPLITS
-    part_index = pid % SPLITS
-    first = part_index * SEGMENT
-    end = tl.minimum(first, n_cols - SEGMENT) + SEGMENT  # min(first + SEGMENT, n_cols), within int32
+    group, part_index, first, end = _segment(n_cols, SEGMENT, SPLITS)
     offsets = tl.arange(0, CHUNK)
     splits = tl.arange(0, SPLITS_P2)
     for row in range(group, n_rows, n_groups):
