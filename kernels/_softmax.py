@@ -43,13 +43,23 @@ BUGGY_BLOCK_SIZE = 1024  # the writeup's hard-coded value
 # Sizes chosen on an H200 (workflow/scripts/tune_softmax.py, and the benches its docstring records; bf16 and
 # fp32, rows of 128..2^20 columns; fractions of a device copy).
 # The rows path. Forward: a tile of TILE_BYTES of input per program for narrow rows (one row at least), one row
-# per program up to ROW_LIMIT columns (next power of two); 4 warps up to SMALL_TILE elements per program,
-# else 16 (bf16 rows of 4096 columns: 0.97 with 4 warps, 0.81 with 16).
+# per program up to ROW_LIMIT columns (next power of two; half that for 16-bit rows: bf16 at 32768 columns
+# 0.79, two-pass 0.87); 4 warps up to SMALL_TILE elements per program, else 16 (bf16 rows of 4096 columns: 0.97
+# with 4 warps, 0.81 with 16).
 TILE_BYTES, ROW_LIMIT, SMALL_TILE = 4096, 32768, 4096
-# Backward (two tensors in, one out): tiles of BACKWARD_TILE elements of each up to BACKWARD_ROW_LIMIT columns,
-# with BACKWARD_WARPS, but a row of BACKWARD_ROW_LIMIT columns in fp32 with BACKWARD_FP32_ROW_WARPS (0.96; 16
-# warps: 0.74; bf16 there keeps 16: 0.99-1.01, with 8 warps 0.98-0.99).
-BACKWARD_TILE, BACKWARD_ROW_LIMIT, BACKWARD_WARPS, BACKWARD_FP32_ROW_WARPS = 4096, 32768, 16, 8
+# Backward (two tensors in, one out): tiles of BACKWARD_TILE elements of each up to BACKWARD_ROW_LIMIT columns.
+# BACKWARD_ROWS: (widest row in columns, (warps, reload) for fp32, the same for 16-bit), the first that fits.
+# Reload reads y and dy again after their row sum (from L2) instead of holding them: 1.02-1.04 of copy against
+# 1.01-1.02 at 2048-4096 columns, 1.03 against 0.97 for bf16 at 16384, 0.99-1.00 against 0.95-0.98 at 32768
+# with 32 warps; holding is ahead at 8192 (1.01-1.02 against 1.00) and level for fp32 at 16384.
+BACKWARD_TILE, BACKWARD_ROW_LIMIT = 4096, 32768
+BACKWARD_ROWS = (
+    (1024, (16, False), (16, False)),
+    (4096, (16, True), (16, True)),
+    (8192, (16, False), (16, False)),
+    (16384, (16, False), (16, True)),
+    (32768, (32, True), (32, True)),
+)
 KiB = 1024
 # Wider rows: (direction, element size, widest row in bytes or None) -> (segment, chunk, warps), the first
 # entry that matches. Segment 0 is the split path (chunks of `chunk` columns held on chip, one read); a
@@ -58,7 +68,8 @@ KiB = 1024
 WIDE = (
     ("forward", 4, 256 * KiB, (65536, 32768, 32)),  # fp32 to 65536 columns: 0.87 (split path 0.77)
     ("forward", 4, None, (0, 4096, 4)),  # wider fp32: 0.74-0.77 (two-pass 0.65-0.73)
-    ("forward", 2, None, (131072, 32768, 32)),  # bf16: 0.60-0.72 (split path 0.53-0.63)
+    ("forward", 2, 128 * KiB, (131072, 16384, 16)),  # bf16 to 65536 columns: 0.82-0.87 (32768 x 32 warps: 0.68-0.79)
+    ("forward", 2, None, (131072, 32768, 32)),  # wider bf16: 0.61-0.73 (split path 0.53-0.63)
     ("backward", 4, None, (0, 4096, 4)),  # fp32: 0.87-0.90 to 131072 columns (16 warps: 0.79-0.80)
     ("backward", 2, 128 * KiB, (65536, 16384, 32)),  # bf16 to 65536 columns: 0.88 (split path 0.57-0.80)
     ("backward", 2, None, (16384, 16384, 16)),  # wider bf16: 0.72-0.78 (split path 0.45-0.63)
@@ -133,18 +144,36 @@ def _rows_forward(out_ptr, x_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col
 
 
 @triton.jit
+def _tile_load(ptrs, mask, EVEN: tl.constexpr, POLICY: tl.constexpr):
+    if EVEN:
+        return tl.load(ptrs, eviction_policy=POLICY).to(tl.float32)
+    return tl.load(ptrs, mask=mask, other=0.0, eviction_policy=POLICY).to(tl.float32)
+
+
+@triton.jit
 def _rows_backward(dx_ptr, y_ptr, dy_ptr, n_rows, n_cols, y_row, y_col, dy_row, dy_col, dx_row, dx_col,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """dx = y * (dy - sum(y * dy)) row by row."""
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr, RELOAD: tl.constexpr):
+    """dx = y * (dy - sum(y * dy)) row by row. EVEN: the tiles cover the rows exactly (no masks). RELOAD: y
+    and dy are read again after the sum (from L2, which the first read asks to keep them) instead of being
+    held across it: for wide rows, fewer registers per program and so more rows in flight."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     src = tl.minimum(rows, n_rows - 1).to(tl.int64)[:, None]
     cmask = (cols < n_cols)[None, :]
-    y = tl.load(y_ptr + src * y_row + cols[None, :] * y_col, mask=cmask, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + src * dy_row + cols[None, :] * dy_col, mask=cmask, other=0.0).to(tl.float32)
-    dx = y * (dy - tl.sum(y * dy, axis=1)[:, None])
-    dst = rows.to(tl.int64)[:, None] * dx_row + cols[None, :] * dx_col
-    tl.store(dx_ptr + dst, dx.to(dx_ptr.dtype.element_ty), mask=(rows < n_rows)[:, None] & cmask)
+    y_ptrs = y_ptr + src * y_row + cols[None, :] * y_col
+    dy_ptrs = dy_ptr + src * dy_row + cols[None, :] * dy_col
+    y = _tile_load(y_ptrs, cmask, EVEN, "evict_last" if RELOAD else "")
+    dy = _tile_load(dy_ptrs, cmask, EVEN, "evict_last" if RELOAD else "")
+    dot = tl.sum(y * dy, axis=1)[:, None]
+    if RELOAD:
+        y = _tile_load(y_ptrs, cmask, EVEN, "evict_first")
+        dy = _tile_load(dy_ptrs, cmask, EVEN, "evict_first")
+    dx = (y * (dy - dot)).to(dx_ptr.dtype.element_ty)
+    dst = dx_ptr + rows.to(tl.int64)[:, None] * dx_row + cols[None, :] * dx_col
+    if EVEN:
+        tl.store(dst, dx)
+    else:
+        tl.store(dst, dx, mask=(rows < n_rows)[:, None] & cmask)
 
 
 @triton.jit
@@ -261,25 +290,33 @@ def _split_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols
 
 
 @triton.jit
-def _segment(n_cols, SEGMENT: tl.constexpr, SPLITS: tl.constexpr):
-    """This program's row group, its segment's index, and the segment's columns [first, end)."""
+def _segment(n_cols, SEGMENT: tl.constexpr, SPLITS: tl.constexpr, WHOLE_ROW: tl.constexpr):
+    """This program's row group, its segment's index, and the segment's columns [first, end). WHOLE_ROW: a
+    row of one segment is [0, n_cols) as such (bf16 forward at 65536 columns: 0.82 of copy, 0.61 through the
+    general bounds; the backward goes the other way, 0.76 against 0.85, so it keeps them)."""
     pid = tl.program_id(0)
     part_index = pid % SPLITS
-    first = part_index * SEGMENT
-    end = tl.minimum(first, n_cols - SEGMENT) + SEGMENT  # min(first + SEGMENT, n_cols), within int32
+    if SPLITS == 1 and WHOLE_ROW:
+        first = 0
+        end = n_cols
+    else:
+        first = part_index * SEGMENT
+        end = tl.minimum(first, n_cols - SEGMENT) + SEGMENT  # min(first + SEGMENT, n_cols), within int32
     return pid // SPLITS, part_index, first, end
 
 
 @triton.jit
 def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col,
                       n_groups, SEGMENT: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
-                      SPLITS_P2: tl.constexpr, PHASE: tl.constexpr):
+                      SPLITS_P2: tl.constexpr, PHASE: tl.constexpr, FAST: tl.constexpr):
     """Program (group, part) handles columns [part * SEGMENT, +SEGMENT) of rows group, group + n_groups, ...
     and walks them twice in chunks of CHUNK: first for the max and the sum of exp (loads that ask L2 to keep
     the lines), then to write y. When the segments of the resident programs fit in L2, the second read comes
     from there, not from memory. With SPLITS > 1 the programs of a row combine their partials between the
-    two walks, at the row's counter as in _split_forward (PHASE as there)."""
-    group, part_index, first, end = _segment(n_cols, SEGMENT, SPLITS)
+    two walks, at the row's counter as in _split_forward (PHASE as there). FAST (for 16-bit outputs): the second
+    walk computes y = exp2(x * log2(e) - shift) in one multiply-add, exact to far below a 16-bit output's
+    rounding for |x| < 2^10 but not to fp32's."""
+    group, part_index, first, end = _segment(n_cols, SEGMENT, SPLITS, True)
     offsets = tl.arange(0, CHUNK)
     splits = tl.arange(0, SPLITS_P2)
     for row in range(group, n_rows, n_groups):
@@ -312,11 +349,15 @@ def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_r
                 ls = tl.load(part + SPLITS + splits, mask=splits < SPLITS, other=0.0, volatile=True)
                 row_max = tl.max(ms, axis=0)
                 scale = 1.0 / tl.sum(ls * tl.exp2((ms - row_max) * LOG2E), axis=0)
+            shift = row_max * LOG2E - tl.log2(scale)
             for start in range(first, end, CHUNK):
                 cols = start + offsets
                 x = tl.load(x_ptr + r * x_row + cols * x_col, mask=cols < end, other=0.0,
                             eviction_policy="evict_first").to(tl.float32)
-                y = tl.exp2((x - row_max) * LOG2E) * scale
+                if FAST:
+                    y = tl.exp2(x * LOG2E - shift)
+                else:
+                    y = tl.exp2((x - row_max) * LOG2E) * scale
                 tl.store(out_ptr + r * out_row + cols * out_col, y.to(out_ptr.dtype.element_ty), mask=cols < end)
 
 
@@ -326,7 +367,7 @@ def _two_pass_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_c
                        SPLITS_P2: tl.constexpr, PHASE: tl.constexpr):
     """_two_pass_forward's layout for dx = y * (dy - sum(y * dy)): the first walk sums y * dy, the second
     writes dx."""
-    group, part_index, first, end = _segment(n_cols, SEGMENT, SPLITS)
+    group, part_index, first, end = _segment(n_cols, SEGMENT, SPLITS, False)
     offsets = tl.arange(0, CHUNK)
     splits = tl.arange(0, SPLITS_P2)
     for row in range(group, n_rows, n_groups):
@@ -373,6 +414,7 @@ class Settings:
     chunk: int
     num_warps: int
     segment: int = 0
+    reload: bool = False  # the backward's rows path reads y and dy a second time rather than hold them
 
 
 MAX_COLS = 2**31 - 2**16  # column offsets are 32-bit in every path, a chunk (<= 32768) past the last column included
@@ -380,7 +422,7 @@ MAX_COLS = 2**31 - 2**16  # column offsets are 32-bit in every path, a chunk (<=
 
 def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, tile: int | None = None,
                     row_limit: int | None = None, chunk: int | None = None, warps: int | None = None,
-                    segment: int | None = None) -> Settings:
+                    segment: int | None = None, reload: bool | None = None) -> Settings:
     """The one place softmax's sizes are chosen (the tuned defaults above). Keyword overrides, for tuning and
     tests, replace a default each (the others stay the width's defaults): row_limit (columns) moves the rows
     path's end, segment picks the path past it (0: split, > 0: two-pass). Sizes are in elements; the
@@ -388,15 +430,18 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, t
     if not 1 <= n_cols <= MAX_COLS:
         raise ValueError(f"n_cols must be 1..{MAX_COLS} (column offsets are 32-bit), got {n_cols}")
     block_n = triton.next_power_of_2(n_cols)
-    if block_n <= (row_limit or (BACKWARD_ROW_LIMIT if backward else ROW_LIMIT)):
+    rows_limit = BACKWARD_ROW_LIMIT if backward else min(ROW_LIMIT, ROW_LIMIT * element_size // 4)
+    if block_n <= (row_limit or rows_limit):
         tile = tile or (BACKWARD_TILE if backward else TILE_BYTES // element_size)
         block_m = max(1, tile // block_n)
+        default_reload = False
         if backward:
-            fp32_row = block_n >= BACKWARD_ROW_LIMIT and element_size >= 4
-            default_warps = BACKWARD_FP32_ROW_WARPS if fp32_row else BACKWARD_WARPS
+            sizes = next((s for widest, *s in BACKWARD_ROWS if block_n <= widest), BACKWARD_ROWS[-1][1:])
+            default_warps, default_reload = sizes[0 if element_size >= 4 else 1]
         else:
             default_warps = 4 if block_m * block_n <= SMALL_TILE else 16
-        return Settings(False, block_m, block_n, 0, warps or default_warps)
+        return Settings(False, block_m, block_n, 0, warps or default_warps,
+                        reload=backward and (default_reload if reload is None else reload))
     direction = "backward" if backward else "forward"
     default = next(sizes for d, size, widest, sizes in WIDE if d == direction and size == (4 if element_size >= 4 else 2)
                    and (widest is None or n_cols * element_size <= widest))
@@ -422,8 +467,8 @@ def _resident(kernel, device: int, num_warps: int, constexprs: tuple) -> int:
 _compiled: dict = {}
 
 
-def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, cfg: Settings, part_width: int):
-    """Launch a split kernel with ``arguments`` (its tensors and strides, by name).
+def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, cfg: Settings, part_width: int, **flags):
+    """Launch a split kernel with ``arguments`` (its tensors and strides, by name) and constexpr ``flags``.
 
     Its one-launch form (PHASE 0) has the programs of a row group wait at a per-row counter for each other,
     so it is correct only if every program of a group is resident on the GPU at once. It is therefore sized
@@ -433,7 +478,7 @@ def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, cfg: Settin
     launches, partials first, then the output from them (reading the input again). A two-pass kernel
     (cfg.segment) whose row is one segment waits for no one: one program per row."""
     splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)
-    consts = dict(CHUNK=cfg.chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits))
+    consts = dict(CHUNK=cfg.chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits), **flags)
     if cfg.segment:
         consts["SEGMENT"] = cfg.segment
     num_warps = cfg.num_warps
@@ -485,7 +530,8 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     if cfg.split:
         _split_launch(_two_pass_forward if cfg.segment else _split_forward,
                       dict(out_ptr=out, x_ptr=x, x_row=x.stride(0), x_col=x.stride(1), out_row=out.stride(0),
-                           out_col=out.stride(1)), n_rows, n_cols, cfg, 2)
+                           out_col=out.stride(1)), n_rows, n_cols, cfg, 2,
+                      **(dict(FAST=out.element_size() <= 2) if cfg.segment else {}))
     else:
         _rows_forward[(triton.cdiv(n_rows, cfg.block_m),)](out, x, n_rows, n_cols, *strides, BLOCK_M=cfg.block_m,
                                                            BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
@@ -507,8 +553,10 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
                       dict(dx_ptr=dx, y_ptr=y, dy_ptr=dy, y_row=y.stride(0), y_col=y.stride(1), dy_row=dy.stride(0),
                            dy_col=dy.stride(1), dx_row=dx.stride(0), dx_col=dx.stride(1)), n_rows, n_cols, cfg, 1)
     else:
+        even = n_cols == cfg.block_n and n_rows % cfg.block_m == 0
         _rows_backward[(triton.cdiv(n_rows, cfg.block_m),)](dx, y, dy, n_rows, n_cols, *strides, BLOCK_M=cfg.block_m,
-                                                            BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
+                                                            BLOCK_N=cfg.block_n, EVEN=even, RELOAD=cfg.reload,
+                                                            num_warps=cfg.num_warps)
     return dx
 
 

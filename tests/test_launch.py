@@ -106,6 +106,21 @@ def test_softmax_sizes_come_from_one_place(n_cols, split):
     assert forced.split and forced.segment == 0
 
 
+def test_softmax_rows_path_sizes():
+    """16-bit rows leave the forward's rows path at half fp32's width; the backward's warps and reload come
+    from BACKWARD_ROWS, whose widths rise to the backward's rows limit; an override wins."""
+    assert not sm.launch_settings(sm.ROW_LIMIT, 4).split and sm.launch_settings(sm.ROW_LIMIT, 2).split
+    assert not sm.launch_settings(sm.ROW_LIMIT // 2, 2).split
+    widths = [w for w, *_ in sm.BACKWARD_ROWS]
+    assert widths == sorted(widths) and widths[-1] == sm.BACKWARD_ROW_LIMIT
+    for widest, fp32, half in sm.BACKWARD_ROWS:
+        for element_size, (warps, reload) in ((4, fp32), (2, half)):
+            cfg = sm.launch_settings(widest, element_size, backward=True)
+            assert (cfg.num_warps, cfg.reload) == (warps, reload)
+            assert sm.launch_settings(widest, element_size, backward=True, reload=not reload).reload == (not reload)
+    assert not sm.launch_settings(4096, 4, reload=True).reload  # the forward never reloads
+
+
 @pytest.mark.parametrize("backward", [False, True])
 @pytest.mark.parametrize("element_size", [2, 4])
 def test_every_width_past_the_rows_path_has_an_entry_of_the_wide_table(element_size, backward):
