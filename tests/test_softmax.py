@@ -159,7 +159,7 @@ def test_column_offsets_past_int32_are_made_to_fit(monkeypatch):
     monkeypatch.setattr(sm, "_rows_backward", spy(sm._rows_backward, 3))
     x = randn(6, 80, seed=11)[:, ::2]
     want = torch.softmax(x, -1)
-    out = torch.empty(6, 80)[:, ::2]
+    out = torch.empty(6, 80, device=x.device)[:, ::2]
     assert sm._forward(x, out) is out
     torch.testing.assert_close(out, want, atol=1e-6, rtol=0)
     inplace = x.clone().t().contiguous().t()  # column stride 6

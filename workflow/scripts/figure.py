@@ -2,16 +2,20 @@
 # write the caption its unit declares beside it.
 import sys
 
-import pandas as pd
-
-from lab import summary, units
 from lab.gpu import quiet_host
-from lab.plots import placeholder, save
-from lab.table import atomic_path, input_name, read
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)
 sys.stdout = sys.stderr = open(smk.log[0], "w")
-lock = quiet_host()  # not while a kernel is being timed on this machine (lab/gpu.py says why)
+# Not while a kernel is being timed on this machine (lab/gpu.py says why), and before the imports below:
+# loading pandas, torch and triton is seconds of CPU, as much a load on the timed host as drawing.
+lock = quiet_host()
+
+import pandas as pd  # noqa: E402
+
+from lab import summary, units  # noqa: E402
+from lab.plots import placeholder, save  # noqa: E402
+from lab.table import atomic_path, input_name, read  # noqa: E402
+
 fig = units.figures()[smk.params.name]
 tables = {key: read(smk.input[input_name(key)]) for key in fig.tables}
 failed = [t for t in tables.values() if summary.failed(t)]  # an experiment that raised
