@@ -483,12 +483,14 @@ def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, cfg: Settin
         consts["SEGMENT"] = cfg.segment
     num_warps = cfg.num_warps
     device = next(iter(arguments.values())).device
+    if cfg.segment and splits == 1:  # no partials to share and no counter to wait at: no scratch to fill
+        kernel[(n_rows,)](**arguments, n_rows=n_rows, n_cols=n_cols, n_groups=n_rows, PHASE=0, **consts,
+                          part_ptr=torch.empty(1, dtype=torch.float32, device=device),
+                          counter_ptr=torch.empty(1, dtype=torch.int32, device=device), num_warps=num_warps)
+        return
     arguments = dict(arguments, n_rows=n_rows, n_cols=n_cols,
                      part_ptr=torch.empty((n_rows, part_width * splits), dtype=torch.float32, device=device),
                      counter_ptr=torch.zeros(n_rows, dtype=torch.int32, device=device))  # arrivals per row
-    if cfg.segment and splits == 1:
-        kernel[(n_rows,)](**arguments, n_groups=n_rows, PHASE=0, **consts, num_warps=num_warps)
-        return
     options = dict(num_warps=num_warps, launch_cooperative_grid=True)
     groups = 0
     if backend.current() != "interpreter":

@@ -68,13 +68,34 @@ def candidates(n: int, direction: str) -> dict:
     first + min(n_cols - first, SEGMENT) the bf16 backward at 131072 columns ran at 0.61 (the committed run
     made with it: 0.51-0.60 from 131072 up), as min(first, n_cols - SEGMENT) + SEGMENT, or as
     min(first + SEGMENT, n_cols), at 0.78-0.79. At 2^20 columns that backward measured 0.72 in one process
-    and 0.48 in two later ones (64 segments per row, two rows at a time): not understood yet."""
+    and 0.48 in two later ones (64 segments per row, two rows at a time): not understood yet.
+
+    Then (H200, triton 3.6, copy 4140-4169 GB/s): the backward's rows path reads y and dy a second time
+    after their row sum (evict_last, then evict_first) instead of holding them, where that measured faster
+    (BACKWARD_ROWS): bf16 at 16384 columns 1.03 against 0.97, at 32768 with 32 warps 1.00 against 0.95,
+    fp32 at 32768 with 32 warps 0.99 against 0.98 (Inductor 0.99), 2048-4096 columns 1.02-1.04 against
+    1.01-1.02; holding stays at 8192 (1.01-1.02 against 1.00) and fp32 16384 (level). A minimal whole-row
+    kernel ran fp32 at 32768 columns at 1.00 with the width a constexpr and no mask, 0.62 with the width a
+    runtime argument and a mask: so the rows path drops its masks when the tiles cover the rows. bf16
+    forward at 32768 and 65536 columns: the two-pass path with one segment per row, chunks of 16384 and
+    16 warps, 0.87 and 0.82 against 0.79 (rows path) and 0.70-0.72 (chunks of 32768, 32 warps), once a
+    one-segment row's bounds are [0, n_cols) as such; through the general segment bounds the same sizes
+    ran at 0.58-0.61. The backward goes the other way (bf16 at 65536: 0.76 with the plain bounds, 0.85 with
+    the general ones) and keeps them. The one-FMA output exp2(x * log2(e) - shift), 16-bit outputs only:
+    +0.01 in our two-pass kernel, +0.06 in a minimal one. Unchanged or slower, not kept: bf16 forward at
+    131072 with chunks of 16384 (0.66 against 0.73), at 262144 and 2^20 every size tried (0.50-0.62); bf16
+    backward at 2^20 columns 0.71-0.72 in three repeats (segments of 16384), 0.60-0.67 with segments of
+    32768-131072, 0.62 on the split path."""
     out = {"default": {}}
     width = triton.next_power_of_2(n)
     for tile in (1024, 2048, 4096, 8192, 16384, 32768) if direction == "forward" else ():
         for warps in (4, 16):
             if width <= tile <= 2 * max(width, 2048):
                 out[f"rows tile={tile} warps={warps}"] = dict(tile=tile, row_limit=2**21, warps=warps)
+    if n <= sm.BACKWARD_ROW_LIMIT and direction == "backward":
+        for reload in (False, True):
+            for warps in (8, 16, 32):
+                out[f"rows reload={reload} warps={warps}"] = dict(reload=reload, warps=warps)
     if n >= 32768:
         for chunk, warps in ((4096, 4), (8192, 4), (8192, 8), (8192, 16)):
             out[f"split chunk={chunk} warps={warps}"] = dict(row_limit=1, chunk=chunk, warps=warps, segment=0)
