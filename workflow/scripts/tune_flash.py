@@ -61,6 +61,13 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   specialize the loop; without one its warp-specialization pass fails to compile the kernel.
   64x128/w4/s3/ws dK/dV tiles returned NaN in dK and dV without a causal mask too (lengths 1000 to
   2048), so only 64x128/w4/s2/ws is swept.
+- fourth round, kept: the pointer dK/dV and dQ kernels apply the causal mask and the sequence bounds only
+  to the tiles that cut them (a masked run, whole tiles unmasked, then the tail), as the forward does.
+  The committed H200 run before it had causal forward+backward at head_dim 128 at 0.664-0.679 of cuDNN
+  and 0.91x FlexAttention; the run after, 0.733-0.742 and 0.965-1.0x (344-397 TFLOP/s). With it, causal
+  dK/dV tiles pinned at head_dim 128, S = 4096 (forward+backward): 32x64/w4/s2 340, 64x64/w4/s2 346,
+  64x128/w8/s2 349, 64x128/w8/s3 334, 32x128/w4/s3 188, 64x128/w4/s2 184; dQ tiles 128x64/w8/s3 341,
+  128x64/w8/s2 330, 64x64/w4/s2 333, 128x128/w8/s2 335: the tuner's choices are within noise of the best.
 """
 from __future__ import annotations
 
