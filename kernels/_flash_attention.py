@@ -38,9 +38,8 @@ HEAD_DIMS = (16, 256)
 # Candidate tiles per kernel, (BLOCK_M, BLOCK_N, warps, stages), in order of preference: the first that
 # fits is taken without tuning. BLOCK_M counts queries, BLOCK_N keys, in every kernel.
 CANDIDATES = {
-    # a fifth item True: the warp-specialized TMA kernel, for Hopper, inputs it can address (_tma_ready;
-    # causal: the diagonal tiles apart, DIAGONAL_BLOCK_N); 128x64/w4/s3 and 3 stages at 64x64 returned NaN
-    # on triton 3.6
+    # a fifth item True: the warp-specialized TMA kernel, for Hopper, inputs it can address (_tma_ready),
+    # not causal unless CAUSAL_WS; 128x64/w4/s3 and 3 stages at 64x64 returned NaN on triton 3.6
     "fwd": [(128, 128, 4, 2, True),
             (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3), (128, 128, 8, 3), (64, 32, 4, 2), (32, 32, 4, 1)],
     # dk/dv: a program keeps BLOCK_N keys and streams query tiles past them; dq: the other way round. A
@@ -182,7 +181,8 @@ def _flash_fwd_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
-    # Key tiles [0, full_hi) need no mask at all; [full_hi, hi) straddle the causal diagonal or seq_k.
+    # Key tiles [0, full_hi) need no mask at all (DIAGONAL: the TMA kernel runs them); [full_hi, hi)
+    # straddle the causal diagonal or seq_k.
     causal_offset = seq_k - seq_q
     if CAUSAL:
         hi = tl.maximum(tl.minimum(seq_k, start_m + BLOCK_M + causal_offset), 0)
@@ -233,11 +233,12 @@ def _flash_fwd_tma_kernel(
     # arrive as zeros, never from the next head) and the loop warp-specialized: a producer warp group
     # issues the copies, two consumer groups run the dots and the softmax. Triton (3.6-3.9) specializes
     # one loop per kernel and none with a branch inside, so the key loop is one loop, masked throughout
-    # unless no tile needs it (EVEN_K: seq_k a multiple of BLOCK_N). Measured on the H200 with triton 3.6
+    # unless no tile needs it (EVEN_K: seq_k a multiple of BLOCK_N, or FROM_STATE, whose loop ends at a
+    # multiple of BLOCK_N at or before seq_k). Measured on the H200 with triton 3.6
     # (workflow/scripts/tune_flash.py's docstring): right and faster at head_dim 128 without a causal
-    # mask; with one inside the loop, the rows' mask comes out wrong. So a causal call comes here
-    # FROM_STATE: _flash_fwd_kernel (DIAGONAL) has run the tiles that the mask cuts and left its state in
-    # state_ptr, and this loop runs the tiles before them, which need no mask.
+    # mask; with one inside the loop, the rows' mask comes out wrong. So a causal call comes here (only
+    # with CAUSAL_WS, off by default) FROM_STATE: _flash_fwd_kernel (DIAGONAL) has run the tiles that the
+    # mask cuts and left its state in state_ptr, and this loop runs the tiles before them, unmasked.
     # The caller guarantees a unit stride in head_dim and 16-byte aligned bases and strides (_tma_ready).
     MASK: tl.constexpr = (CAUSAL and not FROM_STATE) or not EVEN_K
     start_m, bh = _tile_and_head(seq_q, BLOCK_M)

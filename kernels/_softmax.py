@@ -314,8 +314,8 @@ def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_r
     the lines), then to write y. When the segments of the resident programs fit in L2, the second read comes
     from there, not from memory. With SPLITS > 1 the programs of a row combine their partials between the
     two walks, at the row's counter as in _split_forward (PHASE as there). FAST (for 16-bit outputs): the second
-    walk computes y = exp2(x * log2(e) - shift) in one multiply-add, exact to far below a 16-bit output's
-    rounding for |x| < 2^10 but not to fp32's."""
+    walk computes y = exp2((x - max) * log2(e) + log2(1 / sum)) in one multiply-add, one op fewer than
+    exp2((x - max) * log2(e)) / sum and as exact for a 16-bit output."""
     group, part_index, first, end = _segment(n_cols, SEGMENT, SPLITS, True)
     offsets = tl.arange(0, CHUNK)
     splits = tl.arange(0, SPLITS_P2)
@@ -349,13 +349,13 @@ def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_r
                 ls = tl.load(part + SPLITS + splits, mask=splits < SPLITS, other=0.0, volatile=True)
                 row_max = tl.max(ms, axis=0)
                 scale = 1.0 / tl.sum(ls * tl.exp2((ms - row_max) * LOG2E), axis=0)
-            shift = row_max * LOG2E - tl.log2(scale)
+            log2_scale = tl.log2(scale)
             for start in range(first, end, CHUNK):
                 cols = start + offsets
                 x = tl.load(x_ptr + r * x_row + cols * x_col, mask=cols < end, other=0.0,
                             eviction_policy="evict_first").to(tl.float32)
                 if FAST:
-                    y = tl.exp2(x * LOG2E - shift)
+                    y = tl.exp2(tl.fma(x - row_max, LOG2E, log2_scale))
                 else:
                     y = tl.exp2((x - row_max) * LOG2E) * scale
                 tl.store(out_ptr + r * out_row + cols * out_col, y.to(out_ptr.dtype.element_ty), mask=cols < end)

@@ -190,7 +190,8 @@ def test_the_flex_attention_peer_computes_the_same_attention():
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
 @pytest.mark.parametrize("sq, sk, d", [(100, 100, 64), (70, 130, 40), (130, 70, 64), (33, 1, 16)])
-def test_causal_tma_forward_from_the_diagonal_state(sq, sk, d, monkeypatch):
+@pytest.mark.parametrize("diagonal_block_n", [64, 8])  # 8: the diagonal kernel's loop runs several tiles
+def test_causal_tma_forward_from_the_diagonal_state(sq, sk, d, diagonal_block_n, monkeypatch):
     """Causal on a '/ws' tile (CAUSAL_WS): the pointer kernel runs the tiles the mask cuts into an fp32
     state, the TMA kernel the tiles before them from that state. The interpreter runs both (descriptors
     included, without warp specialization): the split and the state hand-over must be right, forward,
@@ -200,6 +201,7 @@ def test_causal_tma_forward_from_the_diagonal_state(sq, sk, d, monkeypatch):
     from kernels import _flash_attention as fa
 
     monkeypatch.setattr(fa, "CAUSAL_WS", True)
+    monkeypatch.setattr(fa, "DIAGONAL_BLOCK_N", diagonal_block_n)
     monkeypatch.setattr(fa, "_tma_ready", lambda *tensors: True)
     monkeypatch.setattr(fa, "_ensure_allocator", lambda: triton.set_allocator(
         lambda size, alignment, stream: torch.empty(size, dtype=torch.int8)))

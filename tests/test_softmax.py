@@ -99,11 +99,25 @@ def test_every_path_any_width(shape, dtype, path):
 
 
 @pytest.mark.parametrize("path", FORWARD_PATHS)
-def test_every_path_strided_and_minus_inf(path):
-    x = randn(12, 900)[::3, ::4]  # row stride 2700, column stride 4
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])  # 16-bit outputs: the two-pass path's FAST form
+def test_every_path_strided_and_minus_inf(path, dtype):
+    x = randn(12, 900, dtype=dtype)[::3, ::4]  # row stride 2700, column stride 4
     x[1, :100] = -float("inf")  # a whole chunk of -inf: its partial sum is 0, not NaN
     x[2, 7] = -float("inf")
-    torch.testing.assert_close(forward(x, path), torch.softmax(x, -1), atol=1e-6, rtol=0)
+    x[3] = -float("inf")  # every score -inf: NaN, as torch gives
+    torch.testing.assert_close(forward(x, path).float(), torch.softmax(x.float(), -1), atol=softmax_atol(dtype),
+                               rtol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("path", FORWARD_PATHS)
+def test_large_inputs_lose_no_precision_in_16_bit(path):
+    """Inputs near fp16's largest (|x| ~ 3e4): y from x - max, never from x * log2(e) minus a shift of the
+    same size, which would cost the output a few ulp."""
+    x = torch.full((4, 300), 30000.0, dtype=torch.float16)
+    x[:, ::3] = 29999.0
+    x[1, 5] = -30000.0
+    want = torch.softmax(x.double(), -1)
+    torch.testing.assert_close(forward(x, path).double(), want, atol=0, rtol=2**-11)  # fp16 rounding, half an ulp
 
 
 @pytest.mark.parametrize("path", BACKWARD_PATHS)
