@@ -11,7 +11,8 @@ still runs the writeup's kernel, so the bug stays reachable under its old name.
 backward for autograd:
 
 - rows that fit on chip: a [BLOCK_M, BLOCK_N] tile holds several narrow rows (one row alone is too little
-  work for a program) or one medium row; one read, one write.
+  work for a program) or one medium row; one read, one write (the backward, at some widths, reads y and dy
+  a second time from L2 rather than hold them across the row sum: BACKWARD_ROWS).
 - wider rows: a row is split into chunks, one per program, and a group of programs shares the row (and
   then the group's next rows). Each program keeps its chunk in registers, publishes the chunk's max and
   sum of exp, counts itself in at the row's counter, waits until the whole group has, combines the
