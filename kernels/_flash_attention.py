@@ -626,14 +626,6 @@ def _cdiv(a: int, b: int) -> int:  # plain ints: triton.cdiv is a constexpr func
     return -(-a // b)
 
 
-def _contiguous_strides(shape: tuple) -> tuple:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= size
-    return tuple(reversed(strides))
-
-
 # Each kernel is launched through a DirectLaunch (kernels/_launch.py), and each call shape keeps its
 # prepared launches in a _Plan, so a repeated call does no checks, tile lookup or argument binding.
 _direct: dict = {}
@@ -666,8 +658,8 @@ class _Forward:
         # causal on the TMA kernel: the tiles the mask cuts first, by the pointer kernel into a state of
         # (acc, max, sum) rows, then the warp-specialized loop over the tiles before them, from that state
         self.state_shape = (batch, heads, seq_q, block_d + 4)
-        state_numbers = (*q.stride(), *k.stride(), *v.stride(), *_contiguous_strides(self.state_shape),
-                         heads, seq_q, seq_k, sm_scale * LOG2E)
+        state_strides = torch.empty(self.state_shape, device="meta").stride()  # contiguous
+        state_numbers = (*q.stride(), *k.stride(), *v.stride(), *state_strides, heads, seq_q, seq_k, sm_scale * LOG2E)
 
         def prepared(tile: Tile) -> tuple[Prepared | None, Prepared]:
             programs = _cdiv(seq_q, tile.block_m) * batch * heads
