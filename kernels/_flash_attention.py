@@ -38,8 +38,8 @@ HEAD_DIMS = (16, 256)
 # Candidate tiles per kernel, (BLOCK_M, BLOCK_N, warps, stages), in order of preference: the first that
 # fits is taken without tuning. BLOCK_M counts queries, BLOCK_N keys, in every kernel.
 CANDIDATES = {
-    # a fifth item True: the warp-specialized TMA kernel, for Hopper, inputs it can address (_tma_ready),
-    # not causal unless CAUSAL_WS; 128x64/w4/s3 and 3 stages at 64x64 returned NaN on triton 3.6
+    # a fifth item True: the warp-specialized TMA kernel, for Hopper, no causal mask, inputs it can
+    # address (_tma_ready); 128x64/w4/s3 and 3 stages at 64x64 returned NaN on triton 3.6
     "fwd": [(128, 128, 4, 2, True),
             (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3), (128, 128, 8, 3), (64, 32, 4, 2), (32, 32, 4, 1)],
     # dk/dv: a program keeps BLOCK_N keys and streams query tiles past them; dq: the other way round. A
@@ -53,11 +53,6 @@ CANDIDATES = {
     "bwd_one_pass": [(64, 128, 8, 3), (64, 64, 4, 3), (64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2),
                      (32, 32, 4, 1)],
 }  # from workflow/scripts/tune_flash.py on the H200: the tiles that won or came close at some shape
-# A causal forward on a '/ws' tile runs the key tiles that the mask cuts in the pointer kernel first, with
-# the '/ws' tile's BLOCK_M and this BLOCK_N. Off (CAUSAL_WS) until measured right and faster on an H200: right
-# in the interpreter so far; set it (then pin() or forget(), which drop the plans made before) to try it.
-DIAGONAL_BLOCK_N = 64
-CAUSAL_WS = False
 SHARED_BUDGET = 180 * 1024  # of Hopper's 227 KiB per block, leaving room for what the estimate omits
 WS_BUDGET = 220 * 1024  # the '/ws' kernels' estimates are close to what they allocate
 ONE_PASS_TMA_BUDGET = 200 * 1024  # the TMA backward allocates up to ~9% more than its estimate (214040 B at 64x128/s3)
@@ -155,12 +150,9 @@ def _flash_fwd_kernel(
     stride_ob, stride_oh, stride_om, stride_od,
     n_heads, seq_q, seq_k, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr, SPLIT_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     # STORE_LSE=False: no backward will follow (inference), so the log-sum-exp is not written.
-    # DIAGONAL (causal): only the key tiles from the last multiple of SPLIT_N before the diagonal on, and
-    # o_ptr is a (b, h, seq_q, BLOCK_D + 4) fp32 state, each row (acc, max, sum, -, -) unnormalised, from
-    # which _flash_fwd_tma_kernel (FROM_STATE) goes on over the key tiles before, which need no mask.
     start_m, bh = _tile_and_head(seq_q, BLOCK_M)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
@@ -181,8 +173,7 @@ def _flash_fwd_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
-    # Key tiles [0, full_hi) need no mask at all (DIAGONAL: the TMA kernel runs them); [full_hi, hi)
-    # straddle the causal diagonal or seq_k.
+    # Key tiles [0, full_hi) need no mask at all; [full_hi, hi) straddle the causal diagonal or seq_k.
     causal_offset = seq_k - seq_q
     if CAUSAL:
         hi = tl.maximum(tl.minimum(seq_k, start_m + BLOCK_M + causal_offset), 0)
@@ -190,57 +181,46 @@ def _flash_fwd_kernel(
     else:
         hi = seq_k
         full_hi = seq_k
-    if DIAGONAL:
-        full_hi = (full_hi // SPLIT_N) * SPLIT_N
-    else:
-        full_hi = (full_hi // BLOCK_N) * BLOCK_N
-        acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, 0, full_hi,
-                                   offs_m, offs_n, d_mask, seq_k, causal_offset, qk_scale,
-                                   False, CAUSAL, EVEN_D, BLOCK_N)
+    full_hi = (full_hi // BLOCK_N) * BLOCK_N
+    acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, 0, full_hi,
+                               offs_m, offs_n, d_mask, seq_k, causal_offset, qk_scale,
+                               False, CAUSAL, EVEN_D, BLOCK_N)
     acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, full_hi, hi,
                                offs_m, offs_n, d_mask, seq_k, causal_offset, qk_scale,
                                True, CAUSAL, EVEN_D, BLOCK_N)
-    if DIAGONAL:
-        state = o_ptr + b * stride_ob + h * stride_oh + offs_m * stride_om
-        tl.store(state[:, None] + offs_d[None, :] * stride_od, acc, mask=row_mask[:, None])
-        tl.store(state + BLOCK_D * stride_od, m_i, mask=row_mask)
-        tl.store(state + (BLOCK_D + 1) * stride_od, l_i, mask=row_mask)
-    else:
-        # Rows that see no key (causal, seq_q > seq_k), or whose every score is -inf (-inf in the input):
-        # output 0, as SDPA gives, and lse +inf -> p = 0 in the backward.
-        empty = l_i == 0.0
-        acc = acc / tl.where(empty, 1.0, l_i)[:, None]
-        if STORE_LSE:
-            lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
-            tl.store(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, lse, mask=row_mask)
-        o_ptrs = o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
-        tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
+
+    # Rows that see no key (causal, seq_q > seq_k), or whose every score is -inf (-inf in the input): output
+    # 0, as SDPA gives, and lse +inf -> p = 0 in the backward.
+    empty = l_i == 0.0
+    acc = acc / tl.where(empty, 1.0, l_i)[:, None]
+    if STORE_LSE:
+        lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
+        tl.store(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, lse, mask=row_mask)
+    o_ptrs = o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
+    tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
 
 
 @_jit
 def _flash_fwd_tma_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, state_ptr,
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
     n_heads, seq_q, seq_k, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_K: tl.constexpr, FROM_STATE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_K: tl.constexpr,
 ):
     # The forward on Hopper (a '/ws' tile): _flash_fwd_kernel's arithmetic, with the tiles moved by the
     # tensor-memory accelerator through one 2-D descriptor per head (a head's rows past its length
     # arrive as zeros, never from the next head) and the loop warp-specialized: a producer warp group
     # issues the copies, two consumer groups run the dots and the softmax. Triton (3.6-3.9) specializes
     # one loop per kernel and none with a branch inside, so the key loop is one loop, masked throughout
-    # unless no tile needs it (EVEN_K: seq_k a multiple of BLOCK_N, or FROM_STATE, whose loop ends at a
-    # multiple of BLOCK_N at or before seq_k). Measured on the H200 with triton 3.6
-    # (workflow/scripts/tune_flash.py's docstring): right and faster at head_dim 128 without a causal
-    # mask; with one inside the loop, the rows' mask comes out wrong. So a causal call comes here (only
-    # with CAUSAL_WS, off by default) FROM_STATE: _flash_fwd_kernel (DIAGONAL) has run the tiles that the
-    # mask cuts and left its state in state_ptr, and this loop runs the tiles before them, unmasked.
+    # unless no tile needs it (EVEN_K: not causal and seq_k a multiple of BLOCK_N). Measured on the H200
+    # with triton 3.6 (workflow/scripts/tune_flash.py's docstring): right and faster at head_dim 128
+    # without a causal mask; with one, the rows' mask comes out wrong, so causal calls never get here.
     # The caller guarantees a unit stride in head_dim and 16-byte aligned bases and strides (_tma_ready).
-    MASK: tl.constexpr = (CAUSAL and not FROM_STATE) or not EVEN_K
+    MASK: tl.constexpr = CAUSAL or not EVEN_K
     start_m, bh = _tile_and_head(seq_q, BLOCK_M)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
@@ -257,9 +237,7 @@ def _flash_fwd_tma_kernel(
 
     causal_offset = seq_k - seq_q
     hi = seq_k
-    if FROM_STATE:  # the tiles before the last multiple of BLOCK_N at or before the diagonal
-        hi = (tl.maximum(tl.minimum(seq_k, start_m + causal_offset + 1), 0) // BLOCK_N) * BLOCK_N
-    elif CAUSAL:
+    if CAUSAL:
         hi = tl.maximum(tl.minimum(seq_k, start_m + BLOCK_M + causal_offset), 0)
     for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=True):
         k = k_desc.load([start_n, 0])
@@ -281,21 +259,6 @@ def _flash_fwd_tma_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         v = v_desc.load([start_n, 0])
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-        m_i = m_new
-
-    if FROM_STATE:  # merge the state _flash_fwd_kernel (DIAGONAL) left, rows (acc, max, sum, -, -)
-        row = BLOCK_D + 4
-        state = state_ptr + bh.to(tl.int64) * seq_q * row
-        rows = state + offs_m.to(tl.int64) * row
-        present = offs_m < seq_q
-        acc_d = tl.load(rows[:, None] + tl.arange(0, BLOCK_D)[None, :], mask=present[:, None], other=0.0)
-        m_d = tl.load(rows + BLOCK_D, mask=present, other=float("-inf"))
-        l_d = tl.load(rows + BLOCK_D + 1, mask=present, other=0.0)
-        m_new = tl.maximum(m_i, m_d)
-        m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha, alpha_d = tl.math.exp2(m_i - m_new_safe), tl.math.exp2(m_d - m_new_safe)
-        acc = acc * alpha[:, None] + acc_d * alpha_d[:, None]
-        l_i = l_i * alpha + l_d * alpha_d
         m_i = m_new
 
     empty = l_i == 0.0
@@ -654,45 +617,29 @@ class _Forward:
         o, lse = self._outputs(q)
         numbers = (*q.stride(), *k.stride(), *v.stride(), *o.stride(), heads, seq_q, seq_k, sm_scale * LOG2E)
         consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal, STORE_LSE=store_lse)
-        tma = (CAUSAL_WS or not causal) and _tma_ready(q, k, v, o)
-        # causal on the TMA kernel: the tiles the mask cuts first, by the pointer kernel into a state of
-        # (acc, max, sum) rows, then the warp-specialized loop over the tiles before them, from that state
-        self.state_shape = (batch, heads, seq_q, block_d + 4)
-        state_strides = torch.empty(self.state_shape, device="meta").stride()  # contiguous
-        state_numbers = (*q.stride(), *k.stride(), *v.stride(), *state_strides, heads, seq_q, seq_k, sm_scale * LOG2E)
+        tma = not causal and _tma_ready(q, k, v, o)
 
-        def prepared(tile: Tile) -> tuple[Prepared | None, Prepared]:
+        def prepared(tile: Tile) -> tuple[bool, Prepared]:
             programs = _cdiv(seq_q, tile.block_m) * batch * heads
-            pointer = dict(consts, DIAGONAL=False, SPLIT_N=0)
             if tile.ws and tma:
-                main = _prepare(_flash_fwd_tma_kernel, programs, numbers,
-                                {**consts, "EVEN_K": causal or seq_k % tile.block_n == 0, "FROM_STATE": causal}, tile)
-                diagonal = _prepare(_flash_fwd_kernel, programs, state_numbers,
-                                    dict(pointer, DIAGONAL=True, SPLIT_N=tile.block_n),
-                                    Tile(tile.block_m, DIAGONAL_BLOCK_N, 8, 2)) if causal else None
-                return diagonal, main
+                return True, _prepare(_flash_fwd_tma_kernel, programs, numbers,
+                                      {**consts, "EVEN_K": seq_k % tile.block_n == 0}, tile)
             # a pinned '/ws' tile where the TMA kernel cannot run runs its sizes in the pointer kernel
-            return None, _prepare(_flash_fwd_kernel, programs, numbers, pointer, tile)
+            return False, _prepare(_flash_fwd_kernel, programs, numbers, consts, tile)
 
-        self.tile = _tile("fwd", q, seq_q, seq_k, block_d, causal,
-                          lambda t: self._run(t.ws and tma, *prepared(t), q, k, v, o, lse), tma)
-        self.tma = self.tile.ws and tma
-        self.diagonal, self.launch = prepared(self.tile)
+        self.tile = _tile("fwd", q, seq_q, seq_k, block_d, causal, lambda t: self._run(*prepared(t), q, k, v, o, lse), tma)
+        self.tma, self.launch = prepared(self.tile)
         self.final = not _capturing()
 
     def _outputs(self, q):
         o = q.new_empty(self.shape)  # contiguous whatever q's strides
         return o, q.new_empty(self.shape[:3], dtype=torch.float32) if self.store_lse else o  # o: never written
 
-    def _run(self, tma: bool, diagonal: Prepared | None, launch: Prepared, q, k, v, o, lse) -> None:
+    def _run(self, tma: bool, launch: Prepared, q, k, v, o, lse) -> None:
         if tma:
             _ensure_allocator()
             lse4 = q.new_empty((*self.shape[:3], 4), dtype=torch.float32) if self.store_lse else o
-            state = o
-            if diagonal is not None:
-                state = q.new_empty(self.state_shape, dtype=torch.float32)
-                diagonal(q, k, v, state, lse4)
-            launch(q, k, v, o, lse4, state)
+            launch(q, k, v, o, lse4)
             if self.store_lse:
                 lse.copy_(lse4[..., 0])
         else:
@@ -700,7 +647,7 @@ class _Forward:
 
     def __call__(self, q, k, v):
         o, lse = self._outputs(q)
-        self._run(self.tma, self.diagonal, self.launch, q, k, v, o, lse)
+        self._run(self.tma, self.launch, q, k, v, o, lse)
         return o, lse
 
 

@@ -186,34 +186,3 @@ def test_the_flex_attention_peer_computes_the_same_attention():
     q, k, v = [randn(1, 2, 128, 16, dtype=torch.float32, seed=i) for i in range(3)]
     out = _flex(q, k, v, True)()
     torch.testing.assert_close(out, flash_attention_ref(q, k, v, causal=True), atol=1e-5, rtol=0)
-
-
-@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
-@pytest.mark.parametrize("sq, sk, d", [(100, 100, 64), (70, 130, 40), (130, 70, 64), (33, 1, 16)])
-@pytest.mark.parametrize("diagonal_block_n", [64, 8])  # 8: the diagonal kernel's loop runs several tiles
-def test_causal_tma_forward_from_the_diagonal_state(sq, sk, d, diagonal_block_n, monkeypatch):
-    """Causal on a '/ws' tile (CAUSAL_WS): the pointer kernel runs the tiles the mask cuts into an fp32
-    state, the TMA kernel the tiles before them from that state. The interpreter runs both (descriptors
-    included, without warp specialization): the split and the state hand-over must be right, forward,
-    log-sum-exp (read by the backward) and gradients, at lengths that leave rows with no key."""
-    import triton
-
-    from kernels import _flash_attention as fa
-
-    monkeypatch.setattr(fa, "CAUSAL_WS", True)
-    monkeypatch.setattr(fa, "DIAGONAL_BLOCK_N", diagonal_block_n)
-    monkeypatch.setattr(fa, "_tma_ready", lambda *tensors: True)
-    monkeypatch.setattr(fa, "_ensure_allocator", lambda: triton.set_allocator(
-        lambda size, alignment, stream: torch.empty(size, dtype=torch.int8)))
-    used = []
-    real = fa._prepare
-    monkeypatch.setattr(fa, "_prepare", lambda kernel, *a, **kw: used.append((kernel, a[2])) or real(kernel, *a, **kw))
-    previous = fa._allocator.get()
-    fa.pin(fwd="32x32/w4/s1/ws")
-    try:
-        check(*qkv(1, 2, sq, sk, d, torch.float16), True, torch.float16)
-    finally:
-        fa.pin()
-        triton.set_allocator(previous)
-    assert (fa._flash_fwd_tma_kernel, True) in [(kernel, consts.get("FROM_STATE")) for kernel, consts in used]
-    assert any(kernel is fa._flash_fwd_kernel and consts.get("DIAGONAL") for kernel, consts in used)

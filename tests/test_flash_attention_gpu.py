@@ -147,27 +147,24 @@ def _ws_tiles():
 @pytest.mark.parametrize("tile", _ws_tiles())
 @pytest.mark.parametrize("lengths", [(1, 1), (113, 203), (203, 113), (1024, 1024), (4096, 4096)])
 @pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (128, torch.float16), (80, torch.bfloat16)])
-@pytest.mark.parametrize("causal", [False, True])
-def test_every_warp_specialized_tile_is_right_forward_lse_and_gradients(tile, lengths, d, dtype, causal, monkeypatch):
+def test_every_warp_specialized_tile_is_right_forward_lse_and_gradients(tile, lengths, d, dtype):
     """The TMA kernel runs where Triton's warp specialization is young: each '/ws' candidate must give
     the reference output without autograd (no log-sum-exp stored) and with it (the backward then reads
-    the log-sum-exp it stored), at odd lengths, head dims that are not powers of two, and strided inputs;
-    causal, after the pointer kernel has run the tiles the mask cuts."""
+    the log-sum-exp it stored), at odd lengths, head dims that are not powers of two, and strided inputs."""
     sq, sk = lengths
-    monkeypatch.setattr(fa, "CAUSAL_WS", True)
     fa.pin(fwd=tile)
     try:
         for strided in (False, True):
             q, k, v = odd_qkv(sq, sk, d, dtype, strided)
             assert fa._tma_ready(q, k, v)
             qf, kf, vf = [t.detach().double().requires_grad_() for t in (q, k, v)]
-            ref = fa.flash_attention_ref(qf, kf, vf, causal=causal, dtype=torch.float64)
+            ref = fa.flash_attention_ref(qf, kf, vf, dtype=torch.float64)
             with torch.no_grad():
-                out = flash_attention(q, k, v, causal=causal)
+                out = flash_attention(q, k, v)
             assert fa.tiles_in_use()["fwd"] == tile
             torch.testing.assert_close(out.double(), ref.detach(), atol=2e-2, rtol=0)
             do = torch.randn_like(q)
-            got = grads(lambda *t: flash_attention(*t, causal=causal), q, k, v, do)
+            got = grads(flash_attention, q, k, v, do)
             want = (ref.detach(), *torch.autograd.grad(ref, (qf, kf, vf), do.double()))
             for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
                 torch.testing.assert_close(g.double(), w, atol=5e-2, rtol=2e-2, msg=f"{name} {tile} {lengths} {d}")
@@ -178,7 +175,7 @@ def test_every_warp_specialized_tile_is_right_forward_lse_and_gradients(tile, le
 def test_the_tma_kernel_is_not_used_where_it_was_not_right_or_faster():
     q, k, v = qkv(d=128, grad=False)
     with torch.no_grad():
-        flash_attention(q, k, v, causal=True)  # CAUSAL_WS off: the causal '/ws' pair is not offered
+        flash_attention(q, k, v, causal=True)
         assert not fa.tiles_in_use()["fwd"].endswith("/ws")
         q64 = qkv(d=64, grad=False)
         flash_attention(*q64)

@@ -8,14 +8,14 @@ from lab.sm90 import shared_memory_each
 
 HOPPER_SHARED_PER_BLOCK = 232448  # max shared memory per block (opt-in) on H100/H200
 # the forward that a backward follows; the dk/dv kernel with and without the one-pass backward's dQ
-CONSTS = {"fwd": {"STORE_LSE": True, "DIAGONAL": False, "SPLIT_N": 0}, "bwd_dkdv": {"ADD_DQ": False}, "bwd_dq": {}, "bwd_one_pass": {"ADD_DQ": True}}
+CONSTS = {"fwd": {"STORE_LSE": True}, "bwd_dkdv": {"ADD_DQ": False}, "bwd_dq": {}, "bwd_one_pass": {"ADD_DQ": True}}
 ELT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
 def arg_types(kernel: str, n_ptr: int, elt: str) -> dict:
     """Pointers first (the softmax statistics are fp32), then the scales as fp32, the rest i32."""
     names = [n for n in getattr(fa, kernel).arg_names if not n.isupper()]
-    return {n: ("*fp32" if n in ("lse_ptr", "delta_ptr", "dq_acc_ptr", "state_ptr") else f"*{elt}") if i < n_ptr
+    return {n: ("*fp32" if n in ("lse_ptr", "delta_ptr", "dq_acc_ptr") else f"*{elt}") if i < n_ptr
             else ("fp32" if "scale" in n else "i32") for i, n in enumerate(names)}
 
 
@@ -71,24 +71,8 @@ def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store
     """Every '/ws' candidate at head_dim 128 (where they are offered), with and without the log-sum-exp
     and the tail mask."""
     tiles = [t for t in fa.candidates("fwd", 128, 2, interpreter=False, tma=True) if t.ws]
-    assert_each_fits("_flash_fwd_tma_kernel", arg_types("_flash_fwd_tma_kernel", 6, "bf16"), tiles,
-                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, STORE_LSE=store_lse, EVEN_K=even_k,
-                          FROM_STATE=False))
-
-
-def test_the_causal_warp_specialized_forward_compiles_both_its_launches():
-    """Causal on a '/ws' tile: the pointer kernel over the tiles the mask cuts, into an fp32 state, then
-    the warp-specialized loop from that state."""
-    requests = {}
-    for tile in (t for t in fa.candidates("fwd", 128, 2, interpreter=False, tma=True) if t.ws):
-        diagonal = fa.Tile(tile.block_m, fa.DIAGONAL_BLOCK_N, 8, 2)
-        types = dict(arg_types("_flash_fwd_kernel", 5, "bf16"), o_ptr="*fp32")
-        requests[f"diagonal for {tile}"] = fit_request("_flash_fwd_kernel", types, diagonal, dict(
-            HEAD_DIM=128, BLOCK_D=128, CAUSAL=True, STORE_LSE=True, DIAGONAL=True, SPLIT_N=tile.block_n))
-        requests[f"{tile} from state"] = fit_request(
-            "_flash_fwd_tma_kernel", arg_types("_flash_fwd_tma_kernel", 6, "bf16"), tile,
-            dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=True, STORE_LSE=True, EVEN_K=True, FROM_STATE=True))
-    assert_all_fit(requests)
+    assert_each_fits("_flash_fwd_tma_kernel", arg_types("_flash_fwd_tma_kernel", 5, "bf16"), tiles,
+                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, STORE_LSE=store_lse, EVEN_K=even_k))
 
 
 @pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 128), (torch.bfloat16, 256)])  # 256: the estimate's edge

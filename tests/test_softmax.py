@@ -3,7 +3,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import FLOAT_DTYPES, ON_GPU, randn
+from conftest import DEVICE, FLOAT_DTYPES, ON_GPU, randn
 import kernels._softmax as sm
 from kernels import softmax, softmax_backward, softmax_naive, softmax_ref, softmax_writeup
 from lab.units.softmax import softmax_atol
@@ -113,7 +113,7 @@ def test_every_path_strided_and_minus_inf(path, dtype):
 def test_large_inputs_lose_no_precision_in_16_bit(path):
     """Inputs near fp16's largest (|x| ~ 3e4): y from x - max, never from x * log2(e) minus a shift of the
     same size, which would cost the output a few ulp."""
-    x = torch.full((4, 300), 30000.0, dtype=torch.float16)
+    x = torch.full((4, 300), 30000.0, dtype=torch.float16, device=DEVICE)
     x[:, ::3] = 29999.0
     x[1, 5] = -30000.0
     want = torch.softmax(x.double(), -1)

@@ -68,6 +68,15 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   dK/dV tiles pinned at head_dim 128, S = 4096 (forward+backward): 32x64/w4/s2 340, 64x64/w4/s2 346,
   64x128/w8/s2 349, 64x128/w8/s3 334, 32x128/w4/s3 188, 64x128/w4/s2 184; dQ tiles 128x64/w8/s3 341,
   128x64/w8/s2 330, 64x64/w4/s2 333, 128x128/w8/s2 335: the tuner's choices are within noise of the best.
+- fifth round, dropped: the causal forward on the '/ws' kernel, split in two launches. The pointer kernel ran
+  the key tiles the mask cuts into an fp32 state of (acc, max, sum) rows; the TMA kernel's specialized
+  loop ran the tiles before them unmasked, and merged that state after the loop (pointer loads), or
+  (second try) started its loop from it (loaded before the loop). Right in the interpreter, both compile
+  for sm_90; on the H200 (triton 3.6, bf16, head_dim 128) both came out wrong the same way (max error
+  against fp64 0.14-3.8 at lengths 113-4096, equal and unequal; 0 at length 1, where the loop runs no
+  tile), so the fault is in the unmasked loop's run with a per-program bound, not in the hand-over. Speed,
+  wrong as it was: 391 / 471 / 516 TFLOP/s at S = 4096 / 8192 / 16384 against 400 / 438 / 444 for the
+  pointer kernel (cuDNN 527 / 540 / 558, FlexAttention 367 / 395 / 407). Code: commits 4965e71, a97e473.
 """
 from __future__ import annotations
 
