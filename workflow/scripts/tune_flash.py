@@ -74,7 +74,10 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   (second try) started its loop from it (loaded before the loop). Right in the interpreter, both compile
   for sm_90; on the H200 (triton 3.6, bf16, head_dim 128) both came out wrong the same way (max error
   against fp64 0.14-3.8 at lengths 113-4096, equal and unequal; 0 at length 1, where the loop runs no
-  tile), so the fault is in the unmasked loop's run with a per-program bound, not in the hand-over. Speed,
+  tile), so the fault is not where the state is merged. Nor is it a loop bound that differs by program:
+  a minimal '/ws' loop over keys [0, start_m), [start_m, seq), a trip count, or a bound loaded from memory
+  (a minimal kernel, same GPU and tiles) was right in every form, at 494-505 TFLOP/s (568 over every key).
+  Left to test on the GPU: the diagonal pointer kernel's state alone, and the '/ws' loop from an exact one. Speed,
   wrong as it was: 391 / 471 / 516 TFLOP/s at S = 4096 / 8192 / 16384 against 400 / 438 / 444 for the
   pointer kernel (cuDNN 527 / 540 / 558, FlexAttention 367 / 395 / 407). Code: commits 4965e71, a97e473.
 """
