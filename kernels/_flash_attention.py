@@ -38,13 +38,13 @@ HEAD_DIMS = (16, 256)
 # Candidate tiles per kernel, (BLOCK_M, BLOCK_N, warps, stages), in order of preference: the first that
 # fits is taken without tuning. BLOCK_M counts queries, BLOCK_N keys, in every kernel.
 CANDIDATES = {
-    # a fifth item True: the warp-specialized TMA kernel, for Hopper, no causal mask, inputs it can
-    # address (_tma_ready); 128x64/w4/s3 and 3 stages at 64x64 returned NaN on triton 3.6
+    # a fifth item True: the warp-specialized TMA kernel, for Hopper, inputs it can address (_tma_ready;
+    # causal: split with the pointer kernel); 128x64/w4/s3 and 3 stages at 64x64 returned NaN on triton 3.6
     "fwd": [(128, 128, 4, 2, True),
             (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3), (128, 128, 8, 3), (64, 32, 4, 2), (32, 32, 4, 1)],
     # dk/dv: a program keeps BLOCK_N keys and streams query tiles past them; dq: the other way round. A
-    # fifth item True: the warp-specialized TMA dK/dV kernel, for Hopper, no causal mask (wrong under one
-    # on triton 3.6), inputs it can address
+    # fifth item True: the warp-specialized TMA dK/dV kernel, for Hopper, inputs it can address, not
+    # causal unless CAUSAL_WS_DKDV
     "bwd_dkdv": [(64, 128, 4, 2, True),
                  (64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
     "bwd_dq": [(128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 128, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
@@ -53,6 +53,15 @@ CANDIDATES = {
     "bwd_one_pass": [(64, 128, 8, 3), (64, 64, 4, 3), (64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2),
                      (32, 32, 4, 1)],
 }  # from workflow/scripts/tune_flash.py on the H200: the tiles that won or came close at some shape
+# A causal call on a '/ws' tile runs the TMA kernel over the tiles no row's mask cuts, then the pointer
+# kernel over those it cuts: forward, the pointer kernel's (BLOCK_N, warps, stages), BLOCK_M the '/ws'
+# tile's; dK/dV, its (warps, stages), both blocks the '/ws' tile's.
+DIAGONAL_FWD = (64, 8, 2)
+DIAGONAL_DKDV = (8, 2)
+# The dK/dV split is off: on triton 3.6 its TMA kernel's fp32 stores of dK and dV need 263768 B of
+# shared memory at 64x128/w4/s2 (232448 B per block on Hopper; triton 3.9 fits it), so a causal call
+# gets no '/ws' dK/dV tile (a pinned one runs its sizes in the pointer kernel). Right in the interpreter.
+CAUSAL_WS_DKDV = False
 SHARED_BUDGET = 180 * 1024  # of Hopper's 227 KiB per block, leaving room for what the estimate omits
 WS_BUDGET = 220 * 1024  # the '/ws' kernels' estimates are close to what they allocate
 ONE_PASS_TMA_BUDGET = 200 * 1024  # the TMA backward allocates up to ~9% more than its estimate (214040 B at 64x128/s3)
@@ -143,16 +152,20 @@ def _fwd_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, lo, hi, o
 
 @_jit
 def _flash_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, part_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
     n_heads, seq_q, seq_k, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WS_N: tl.constexpr,
 ):
     # STORE_LSE=False: no backward will follow (inference), so the log-sum-exp is not written.
+    # WS_N > 0 (causal, after _flash_fwd_tma_kernel with PARTIAL and the same BLOCK_M): that kernel has
+    # run the key tiles before the last multiple of WS_N at or before the diagonal, unmasked, and left
+    # each row's output over them, normalised, in o and its log-sum-exp in part_ptr ((seq_q, 4) rows per
+    # head); this kernel starts from there and runs the rest.
     start_m, bh = _tile_and_head(seq_q, BLOCK_M)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
@@ -181,10 +194,17 @@ def _flash_fwd_kernel(
     else:
         hi = seq_k
         full_hi = seq_k
-    full_hi = (full_hi // BLOCK_N) * BLOCK_N
-    acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, 0, full_hi,
-                               offs_m, offs_n, d_mask, seq_k, causal_offset, qk_scale,
-                               False, CAUSAL, EVEN_D, BLOCK_N)
+    o_ptrs = o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
+    if WS_N > 0:  # a softmax over those keys alone: max lse, sum 1 (0 where the row saw none of them)
+        full_hi = (full_hi // WS_N) * WS_N
+        acc = tl.load(o_ptrs, mask=row_mask[:, None] & d_mask[None, :], other=0.0).to(tl.float32)
+        m_i = tl.load(part_ptr + (bh.to(tl.int64) * seq_q + offs_m) * 4, mask=row_mask, other=float("-inf"))
+        l_i = tl.where(m_i == float("-inf"), 0.0, 1.0)
+    else:
+        full_hi = (full_hi // BLOCK_N) * BLOCK_N
+        acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, 0, full_hi,
+                                   offs_m, offs_n, d_mask, seq_k, causal_offset, qk_scale,
+                                   False, CAUSAL, EVEN_D, BLOCK_N)
     acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, full_hi, hi,
                                offs_m, offs_n, d_mask, seq_k, causal_offset, qk_scale,
                                True, CAUSAL, EVEN_D, BLOCK_N)
@@ -196,7 +216,6 @@ def _flash_fwd_kernel(
     if STORE_LSE:
         lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
         tl.store(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, lse, mask=row_mask)
-    o_ptrs = o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
     tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
 
 
@@ -209,7 +228,7 @@ def _flash_fwd_tma_kernel(
     stride_ob, stride_oh, stride_om, stride_od,
     n_heads, seq_q, seq_k, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_K: tl.constexpr, PARTIAL: tl.constexpr,
 ):
     # The forward on Hopper (a '/ws' tile): _flash_fwd_kernel's arithmetic, with the tiles moved by the
     # tensor-memory accelerator through one 2-D descriptor per head (a head's rows past its length
@@ -218,9 +237,13 @@ def _flash_fwd_tma_kernel(
     # one loop per kernel and none with a branch inside, so the key loop is one loop, masked throughout
     # unless no tile needs it (EVEN_K: not causal and seq_k a multiple of BLOCK_N). Measured on the H200
     # with triton 3.6 (workflow/scripts/tune_flash.py's docstring): right and faster at head_dim 128
-    # without a causal mask; with one, the rows' mask comes out wrong, so causal calls never get here.
+    # without a causal mask; with one in the loop, the rows' mask comes out wrong, and so did a pair that
+    # handed an fp32 state to this kernel through pointer loads around the loop. So a causal call runs
+    # here PARTIAL: the key tiles that no row's mask cuts, unmasked, and nothing read but through
+    # descriptors; the output over them, normalised, and its log-sum-exp (-inf where a row saw no key)
+    # go to o and lse_ptr, from which _flash_fwd_kernel (WS_N) runs the tiles at the diagonal.
     # The caller guarantees a unit stride in head_dim and 16-byte aligned bases and strides (_tma_ready).
-    MASK: tl.constexpr = CAUSAL or not EVEN_K
+    MASK: tl.constexpr = (CAUSAL and not PARTIAL) or not EVEN_K
     start_m, bh = _tile_and_head(seq_q, BLOCK_M)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
@@ -237,7 +260,9 @@ def _flash_fwd_tma_kernel(
 
     causal_offset = seq_k - seq_q
     hi = seq_k
-    if CAUSAL:
+    if PARTIAL:  # up to the last multiple of BLOCK_N at or before the tile's first row's diagonal
+        hi = (tl.maximum(tl.minimum(seq_k, start_m + causal_offset + 1), 0) // BLOCK_N) * BLOCK_N
+    elif CAUSAL:
         hi = tl.maximum(tl.minimum(seq_k, start_m + BLOCK_M + causal_offset), 0)
     for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=True):
         k = k_desc.load([start_n, 0])
@@ -263,8 +288,11 @@ def _flash_fwd_tma_kernel(
 
     empty = l_i == 0.0
     acc = acc / tl.where(empty, 1.0, l_i)[:, None]
-    if STORE_LSE:  # as (seq_q, 4) rows through a descriptor: a plain store after the loop is lost on 3.6
-        lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
+    if STORE_LSE or PARTIAL:  # as (seq_q, 4) rows through a descriptor: a plain store after the loop is lost on 3.6
+        if PARTIAL:
+            lse = m_i + tl.math.log2(l_i)  # -inf where l_i = 0, which leaves m_i at -inf
+        else:
+            lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
         lse_desc = tl.make_tensor_descriptor(lse_ptr + bh.to(tl.int64) * seq_q * 4, shape=[seq_q, 4],
                                              strides=[4, 1], block_shape=[BLOCK_M, 4])
         lse_desc.store([start_m, 0], tl.broadcast_to(lse[:, None], [BLOCK_M, 4]))
@@ -331,19 +359,22 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, d
 
 @_jit
 def _flash_bwd_dkdv_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_dom, stride_dod,
     n_heads, seq_q, seq_k, sm_scale, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ADD_DQ: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ADD_DQ: tl.constexpr, FROM_PARTIAL: tl.constexpr,
 ):
     # One program owns BLOCK_N keys and walks every query tile that can see them. ADD_DQ (the one-pass
     # backward, FlashAttention-2/3's scheme): it also adds each query tile's share of dQ, dS K, to an fp32
     # (batch * heads, seq_q, BLOCK_D) buffer with atomics, so no second kernel recomputes P and dP for
     # dQ (5 matmuls per tile pair instead of 7); the order of those additions varies from run to run.
+    # FROM_PARTIAL (causal, after _flash_bwd_tma_kernel with PARTIAL and the same tile sizes): that kernel
+    # has run the query tiles no mask cuts and left dK (unscaled) and dV over them in part_ptr, fp32
+    # (seq_k, 2 * BLOCK_D) rows per head; this kernel adds the tiles the causal mask cuts.
     start_n, bh = _tile_and_head(seq_k, BLOCK_N)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
@@ -360,8 +391,13 @@ def _flash_bwd_dkdv_kernel(
     q_ptrs = q_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
     do_ptrs = do_ptr + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod
     row_base = bh.to(tl.int64) * seq_q
-    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    if FROM_PARTIAL:
+        part = part_ptr + (bh.to(tl.int64) * seq_k + offs_n[:, None]) * (2 * BLOCK_D) + offs_d[None, :]
+        dk = tl.load(part, mask=offs_n[:, None] < seq_k, other=0.0)
+        dv = tl.load(part + BLOCK_D, mask=offs_n[:, None] < seq_k, other=0.0)
+    else:
+        dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+        dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
     # Query tiles in three runs: those the causal mask cuts (query i sees key j iff i >= j - causal_offset),
     # then whole tiles no mask touches, then the tile that passes seq_q: the mask's arithmetic only where
@@ -377,13 +413,14 @@ def _flash_bwd_dkdv_kernel(
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
                              row_base, lo, mid, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
                              True, True, BLOCK_M, BLOCK_D, ADD_DQ)
-    whole = tl.maximum(mid, (seq_q // BLOCK_M) * BLOCK_M)
-    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
-                         row_base, mid, whole, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
-                         False, False, BLOCK_M, BLOCK_D, ADD_DQ)
-    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
-                         row_base, whole, seq_q, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
-                         False, True, BLOCK_M, BLOCK_D, ADD_DQ)
+    if not FROM_PARTIAL:
+        whole = tl.maximum(mid, (seq_q // BLOCK_M) * BLOCK_M)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
+                             row_base, mid, whole, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
+                             False, False, BLOCK_M, BLOCK_D, ADD_DQ)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
+                             row_base, whole, seq_q, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
+                             False, True, BLOCK_M, BLOCK_D, ADD_DQ)
     dk = dk * sm_scale
 
     tl.store(dk_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
@@ -394,7 +431,7 @@ def _flash_bwd_dkdv_kernel(
 
 @_jit
 def _flash_bwd_tma_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -402,6 +439,7 @@ def _flash_bwd_tma_kernel(
     n_heads, seq_q, seq_k, sm_scale, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_Q: tl.constexpr, ADD_DQ: tl.constexpr, WS: tl.constexpr,
+    PARTIAL: tl.constexpr,
 ):
     # The one-pass backward on Hopper (FlashAttention-3's scheme): _flash_bwd_dkdv_kernel with ADD_DQ,
     # but every tile moved by the tensor-memory accelerator, one 2-D descriptor per head (rows past a
@@ -410,9 +448,11 @@ def _flash_bwd_tma_kernel(
     # the two-pass backward's dK/dV kernel. WS: the query loop is warp-specialized (a producer warp group
     # issues the copies, two consumer groups split the keys); Triton (3.9) specializes it only without
     # ADD_DQ. One loop, masked throughout unless no tile needs it (EVEN_Q: not causal and seq_q a
-    # multiple of BLOCK_M).
+    # multiple of BLOCK_M). Under a causal mask the specialized loop came out wrong on triton 3.6, so a
+    # causal call with WS runs PARTIAL: the query tiles no mask cuts, dK (unscaled) and dV over them
+    # stored in fp32 to part_ptr, from which _flash_bwd_dkdv_kernel (FROM_PARTIAL) adds the others.
     # The caller guarantees a unit stride in head_dim and 16-byte aligned bases and strides (_tma_ready).
-    MASK: tl.constexpr = CAUSAL or not EVEN_Q
+    MASK: tl.constexpr = (CAUSAL and not PARTIAL) or not EVEN_Q
     start_n, bh = _tile_and_head(seq_k, BLOCK_N)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
@@ -436,6 +476,9 @@ def _flash_bwd_tma_kernel(
     lo = 0
     if CAUSAL:  # query i sees key j iff i >= j - causal_offset
         lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
+    if PARTIAL:  # from the first tile whose first query sees this program's last key, as in the pointer kernel
+        lo = tl.minimum(tl.maximum(tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M,
+                                   lo), seq_q)
     for start_m in tl.range(lo, seq_q, BLOCK_M, warp_specialize=WS):
         rows = start_m + offs_m
         q = q_desc.load([start_m, 0])
@@ -447,15 +490,21 @@ def _flash_bwd_tma_kernel(
             lse = tl.load(lse_ptr + row_base + rows)
             delta = tl.load(delta_ptr + row_base + rows)
         p_t = tl.math.exp2(tl.dot(k, q.T) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
-        if CAUSAL:
+        if CAUSAL and not PARTIAL:
             p_t = tl.where(offs_n[:, None] <= rows[None, :] + causal_offset, p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv)
         ds_t = p_t * (tl.dot(v, do.T) - delta[None, :])
         dk = tl.dot(ds_t.to(q.dtype), q, dk)
         if ADD_DQ:
             dq_desc.atomic_add([start_m, 0], tl.dot(ds_t.to(k.dtype).T, k))  # scaled once, after all adds
-    dk_desc.store([start_n, 0], (dk * sm_scale).to(dk_ptr.dtype.element_ty))
-    dv_desc.store([start_n, 0], dv.to(dv_ptr.dtype.element_ty))
+    if PARTIAL:
+        part_desc = tl.make_tensor_descriptor(part_ptr + bh.to(tl.int64) * seq_k * (2 * BLOCK_D), shape=[seq_k, 2 * BLOCK_D],
+                                              strides=[2 * BLOCK_D, 1], block_shape=[BLOCK_N, BLOCK_D])
+        part_desc.store([start_n, 0], dk)
+        part_desc.store([start_n, BLOCK_D], dv)
+    else:
+        dk_desc.store([start_n, 0], (dk * sm_scale).to(dk_ptr.dtype.element_ty))
+        dv_desc.store([start_n, 0], dv.to(dv_ptr.dtype.element_ty))
 
 
 @triton.jit
@@ -617,37 +666,46 @@ class _Forward:
         o, lse = self._outputs(q)
         numbers = (*q.stride(), *k.stride(), *v.stride(), *o.stride(), heads, seq_q, seq_k, sm_scale * LOG2E)
         consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal, STORE_LSE=store_lse)
-        tma = not causal and _tma_ready(q, k, v, o)
+        tma = _tma_ready(q, k, v, o)
 
-        def prepared(tile: Tile) -> tuple[bool, Prepared]:
+        def prepared(tile: Tile) -> tuple[Prepared | None, Prepared]:
+            """(the TMA kernel's launch or None, the pointer kernel's launch or None): causal on a '/ws'
+            tile runs both, the TMA kernel over the tiles no row's mask cuts, then the pointer kernel
+            (the '/ws' tile's BLOCK_M, DIAGONAL_FWD's other sizes) over the rest."""
             programs = _cdiv(seq_q, tile.block_m) * batch * heads
             if tile.ws and tma:
-                return True, _prepare(_flash_fwd_tma_kernel, programs, numbers,
-                                      {**consts, "EVEN_K": seq_k % tile.block_n == 0}, tile)
+                ws = _prepare(_flash_fwd_tma_kernel, programs, numbers,
+                              {**consts, "EVEN_K": causal or seq_k % tile.block_n == 0, "PARTIAL": causal}, tile)
+                diagonal = Tile(tile.block_m, *DIAGONAL_FWD)
+                return ws, _prepare(_flash_fwd_kernel, programs, numbers, {**consts, "WS_N": tile.block_n},
+                                    diagonal) if causal else None
             # a pinned '/ws' tile where the TMA kernel cannot run runs its sizes in the pointer kernel
-            return False, _prepare(_flash_fwd_kernel, programs, numbers, consts, tile)
+            return None, _prepare(_flash_fwd_kernel, programs, numbers, {**consts, "WS_N": 0}, tile)
 
         self.tile = _tile("fwd", q, seq_q, seq_k, block_d, causal, lambda t: self._run(*prepared(t), q, k, v, o, lse), tma)
-        self.tma, self.launch = prepared(self.tile)
+        self.ws, self.launch = prepared(self.tile)
+        self.tma = self.ws is not None  # its kernel needs 16-byte aligned bases at every call
         self.final = not _capturing()
 
     def _outputs(self, q):
         o = q.new_empty(self.shape)  # contiguous whatever q's strides
         return o, q.new_empty(self.shape[:3], dtype=torch.float32) if self.store_lse else o  # o: never written
 
-    def _run(self, tma: bool, launch: Prepared, q, k, v, o, lse) -> None:
-        if tma:
-            _ensure_allocator()
-            lse4 = q.new_empty((*self.shape[:3], 4), dtype=torch.float32) if self.store_lse else o
-            launch(q, k, v, o, lse4)
-            if self.store_lse:
-                lse.copy_(lse4[..., 0])
-        else:
-            launch(q, k, v, o, lse)
+    def _run(self, ws: Prepared | None, launch: Prepared | None, q, k, v, o, lse) -> None:
+        if ws is None:
+            launch(q, k, v, o, lse, lse)  # part_ptr: never read
+            return
+        _ensure_allocator()
+        lse4 = q.new_empty((*self.shape[:3], 4), dtype=torch.float32) if self.store_lse or launch else o
+        ws(q, k, v, o, lse4)
+        if launch is not None:  # causal: the tiles at the diagonal, from the partial output in o and lse4
+            launch(q, k, v, o, lse, lse4)
+        elif self.store_lse:
+            lse.copy_(lse4[..., 0])
 
     def __call__(self, q, k, v):
         o, lse = self._outputs(q)
-        self._run(self.tma, self.launch, q, k, v, o, lse)
+        self._run(self.ws, self.launch, q, k, v, o, lse)
         return o, lse
 
 
@@ -665,19 +723,34 @@ class _Backward:
         numbers = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), heads, seq_q, seq_k, sm_scale, sm_scale * LOG2E)
         consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal)
 
-        # on Hopper, for inputs TMA can address: the one-pass backward's kernel, and, without a causal mask,
-        # the two-pass backward's warp-specialized dK/dV kernel for '/ws' tiles (a '/ws' tile elsewhere runs
-        # its sizes in the pointer kernel)
+        # on Hopper, for inputs TMA can address: the one-pass backward's kernel, and the two-pass backward's
+        # warp-specialized dK/dV kernel for '/ws' tiles (causal, with CAUSAL_WS_DKDV: with the pointer kernel
+        # after it, on the query tiles the mask cuts); a '/ws' tile elsewhere runs its sizes in the pointer kernel
         self.tma = _tma_ready(q, k, v, do)
-        ws = self.tma and not causal
+        ws = self.tma and (CAUSAL_WS_DKDV or not causal)
+        part_shape = (batch, heads, seq_k, 2 * block_d)
 
-        def dkdv(tile: Tile, add_dq: bool) -> Prepared:
+        def dkdv(tile: Tile, add_dq: bool):
+            """The dK/dV launch(es), called with (q, k, v, do, lse, delta, dk, dv, dq_acc, part): part is the
+            fp32 (dK, dV) buffer of a causal '/ws' split, allocated here when it is one (else unused)."""
             programs = _cdiv(seq_k, tile.block_n) * batch * heads
+            split = causal and tile.ws and ws and not add_dq
             if (add_dq and self.tma and _HAS_TMA_REDUCE) or (tile.ws and ws):
-                return _prepare(_flash_bwd_tma_kernel, programs, numbers,
-                                {**consts, "EVEN_Q": not causal and seq_q % tile.block_m == 0, "ADD_DQ": add_dq,
-                                 "WS": tile.ws and not add_dq}, tile)
-            return _prepare(_flash_bwd_dkdv_kernel, programs, numbers, {**consts, "ADD_DQ": add_dq}, tile)
+                tma = _prepare(_flash_bwd_tma_kernel, programs, numbers,
+                               {**consts, "EVEN_Q": (split or not causal) and seq_q % tile.block_m == 0,
+                                "ADD_DQ": add_dq, "WS": tile.ws and not add_dq, "PARTIAL": split}, tile)
+                if not split:
+                    return tma
+                diagonal = _prepare(_flash_bwd_dkdv_kernel, programs, numbers, {**consts, "ADD_DQ": False, "FROM_PARTIAL": True},
+                                    Tile(tile.block_m, tile.block_n, *DIAGONAL_DKDV))
+
+                def both(*tensors):
+                    part = torch.empty(part_shape, dtype=torch.float32, device=tensors[0].device)
+                    tma(*tensors[:-1], part)
+                    diagonal(*tensors[:-1], part)
+                return both
+            return _prepare(_flash_bwd_dkdv_kernel, programs, numbers, {**consts, "ADD_DQ": add_dq, "FROM_PARTIAL": False},
+                            tile)
 
         def dq_of(tile: Tile) -> Prepared:
             return _prepare(_flash_bwd_dq_kernel, _cdiv(seq_q, tile.block_m) * batch * heads, numbers, consts, tile)
@@ -691,7 +764,7 @@ class _Backward:
 
             def run(tile: Tile):
                 dq_acc.zero_()  # in the timed call too: tuning runs it more than once
-                dkdv(tile, True)(q, k, v, do, lse, delta, dk, dv, dq_acc)
+                dkdv(tile, True)(q, k, v, do, lse, delta, dk, dv, dq_acc, dk)
 
             tma = self.tma and _HAS_TMA_REDUCE
             self.tiles = {"bwd_one_pass": _tile("bwd_one_pass", q, seq_q, seq_k, block_d, causal, run, tma)}
@@ -699,7 +772,7 @@ class _Backward:
         else:
             self.tiles = {
                 "bwd_dkdv": _tile("bwd_dkdv", q, seq_q, seq_k, block_d, causal,
-                                  lambda t: dkdv(t, False)(q, k, v, do, lse, delta, dk, dv, dk), ws),
+                                  lambda t: dkdv(t, False)(q, k, v, do, lse, delta, dk, dv, dk, dk), ws),
                 "bwd_dq": _tile("bwd_dq", q, seq_q, seq_k, block_d, causal,
                                 lambda t: dq_of(t)(q, k, v, do, lse, delta, dq))}
             self.dkdv, self.dq = dkdv(self.tiles["bwd_dkdv"], False), dq_of(self.tiles["bwd_dq"])
@@ -722,10 +795,10 @@ class _Backward:
             _ensure_allocator()
         if self.kind == "one_pass":
             dq_acc = self._accumulator(q)
-            self.dkdv(q, k, v, do, lse, delta, dk, dv, dq_acc)
+            self.dkdv(q, k, v, do, lse, delta, dk, dv, dq_acc, dk)
             dq.copy_(dq_acc[..., :q.shape[-1]].mul_(self.sm_scale))
         else:
-            self.dkdv(q, k, v, do, lse, delta, dk, dv, dk)
+            self.dkdv(q, k, v, do, lse, delta, dk, dv, dk, dk)
             self.dq(q, k, v, do, lse, delta, dq)
         return dq, dk, dv
 

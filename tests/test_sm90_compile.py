@@ -8,14 +8,15 @@ from lab.sm90 import shared_memory_each
 
 HOPPER_SHARED_PER_BLOCK = 232448  # max shared memory per block (opt-in) on H100/H200
 # the forward that a backward follows; the dk/dv kernel with and without the one-pass backward's dQ
-CONSTS = {"fwd": {"STORE_LSE": True}, "bwd_dkdv": {"ADD_DQ": False}, "bwd_dq": {}, "bwd_one_pass": {"ADD_DQ": True}}
+CONSTS = {"fwd": {"STORE_LSE": True, "WS_N": 0}, "bwd_dkdv": {"ADD_DQ": False, "FROM_PARTIAL": False}, "bwd_dq": {},
+          "bwd_one_pass": {"ADD_DQ": True, "FROM_PARTIAL": False}}
 ELT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
 def arg_types(kernel: str, n_ptr: int, elt: str) -> dict:
     """Pointers first (the softmax statistics are fp32), then the scales as fp32, the rest i32."""
     names = [n for n in getattr(fa, kernel).arg_names if not n.isupper()]
-    return {n: ("*fp32" if n in ("lse_ptr", "delta_ptr", "dq_acc_ptr") else f"*{elt}") if i < n_ptr
+    return {n: ("*fp32" if n in ("lse_ptr", "part_ptr", "delta_ptr", "dq_acc_ptr") else f"*{elt}") if i < n_ptr
             else ("fp32" if "scale" in n else "i32") for i, n in enumerate(names)}
 
 
@@ -40,18 +41,18 @@ def assert_each_fits(kernel: str, types: dict, tiles, consts: dict) -> None:
 def test_flash_first_fitting_tile_compiles_and_fits(dtype, head_dim):
     """The first candidate that fits is what runs untuned (correctness jobs, CUDA graph capture)."""
     requests = {}
-    for kernel, n_ptr, kind in (("_flash_fwd_kernel", 5, "fwd"), ("_flash_bwd_dkdv_kernel", 9, "bwd_dkdv"),
-                                ("_flash_bwd_dq_kernel", 7, "bwd_dq"), ("_flash_bwd_dkdv_kernel", 9, "bwd_one_pass")):
+    for kernel, n_ptr, kind in (("_flash_fwd_kernel", 6, "fwd"), ("_flash_bwd_dkdv_kernel", 10, "bwd_dkdv"),
+                                ("_flash_bwd_dq_kernel", 7, "bwd_dq"), ("_flash_bwd_dkdv_kernel", 10, "bwd_one_pass")):
         tile = fa.candidates(kind, head_dim, torch.empty(0, dtype=dtype).element_size(), interpreter=False)[0]
         requests[f"{kind} {tile}"] = fit_request(kernel, arg_types(kernel, n_ptr, ELT[dtype]), tile,
                                                  dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, **CONSTS[kind]))
     assert_all_fit(requests)
 
 
-@pytest.mark.parametrize("kernel, n_ptr, kind", [("_flash_fwd_kernel", 5, "fwd"),
-                                                 ("_flash_bwd_dkdv_kernel", 9, "bwd_dkdv"),
+@pytest.mark.parametrize("kernel, n_ptr, kind", [("_flash_fwd_kernel", 6, "fwd"),
+                                                 ("_flash_bwd_dkdv_kernel", 10, "bwd_dkdv"),
                                                  ("_flash_bwd_dq_kernel", 7, "bwd_dq"),
-                                                 ("_flash_bwd_dkdv_kernel", 9, "bwd_one_pass")])
+                                                 ("_flash_bwd_dkdv_kernel", 10, "bwd_one_pass")])
 def test_every_candidate_tile_that_fits_by_estimate_really_fits(kernel, n_ptr, kind):
     """fits() is an estimate; at bf16 D=128 each tile it admits must compile within Hopper's limit."""
     tiles = fa.candidates(kind, 128, 2, interpreter=False)
@@ -66,13 +67,18 @@ def test_writeup_attention_needs_more_shared_memory_as_n_k_grows():
     assert large >= 3 * small  # K and the score tile grow linearly with n_k
 
 
-@pytest.mark.parametrize("store_lse, even_k", [(True, False), (False, True)])
-def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store_lse, even_k):
+@pytest.mark.parametrize("store_lse, even_k, causal", [(True, False, False), (False, True, False), (False, True, True)])
+def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store_lse, even_k, causal):
     """Every '/ws' candidate at head_dim 128 (where they are offered), with and without the log-sum-exp
-    and the tail mask."""
+    and the tail mask; causal, the TMA kernel's part (PARTIAL) and the pointer kernel's at the diagonal."""
     tiles = [t for t in fa.candidates("fwd", 128, 2, interpreter=False, tma=True) if t.ws]
+    consts = dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=causal, STORE_LSE=store_lse)
     assert_each_fits("_flash_fwd_tma_kernel", arg_types("_flash_fwd_tma_kernel", 5, "bf16"), tiles,
-                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, STORE_LSE=store_lse, EVEN_K=even_k))
+                     dict(consts, EVEN_K=even_k, PARTIAL=causal))
+    if causal:
+        diagonal = [fa.Tile(t.block_m, *fa.DIAGONAL_FWD) for t in tiles]
+        assert_each_fits("_flash_fwd_kernel", arg_types("_flash_fwd_kernel", 6, "bf16"), diagonal,
+                         dict(consts, WS_N=tiles[0].block_n))
 
 
 @pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 128), (torch.bfloat16, 256)])  # 256: the estimate's edge
@@ -80,13 +86,20 @@ def test_every_tile_of_the_tma_one_pass_backward_fits(dtype, head_dim):
     """The one-pass backward's TMA kernel buffers every stage and stages each fp32 dQ tile: fits(tma=True)
     must admit only tiles that compile within Hopper's limit."""
     tiles = fa.candidates("bwd_one_pass", head_dim, torch.empty(0, dtype=dtype).element_size(), interpreter=False, tma=True)
-    assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, ELT[dtype]), tiles,
-                     dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False, ADD_DQ=True, WS=False))
+    assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 10, ELT[dtype]), tiles,
+                     dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False, ADD_DQ=True, WS=False,
+                          PARTIAL=False))
 
 
-def test_the_warp_specialized_dkdv_tiles_compile_within_hopper_shared_memory():
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_warp_specialized_dkdv_tiles_compile_within_hopper_shared_memory(causal):
     """Every '/ws' dK/dV candidate at head_dim 128: the TMA kernel without the dQ reduce-add, its query
-    loop warp-specialized (only without a causal mask, where it was right)."""
+    loop warp-specialized; causal, its part (PARTIAL: fp32 dK and dV stored) and the pointer kernel's."""
     tiles = [t for t in fa.candidates("bwd_dkdv", 128, 2, interpreter=False, tma=True) if t.ws]
-    assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, "bf16"), tiles,
-                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, EVEN_Q=False, ADD_DQ=False, WS=True))
+    consts = dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=causal, ADD_DQ=False)
+    assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 10, "bf16"), tiles,
+                     dict(consts, EVEN_Q=False, WS=True, PARTIAL=causal))
+    if causal:
+        diagonal = [fa.Tile(t.block_m, t.block_n, *fa.DIAGONAL_DKDV) for t in tiles]
+        assert_each_fits("_flash_bwd_dkdv_kernel", arg_types("_flash_bwd_dkdv_kernel", 10, "bf16"), diagonal,
+                         dict(consts, FROM_PARTIAL=True))

@@ -80,6 +80,17 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   Left to test on the GPU: the diagonal pointer kernel's state alone, and the '/ws' loop from an exact one. Speed,
   wrong as it was: 391 / 471 / 516 TFLOP/s at S = 4096 / 8192 / 16384 against 400 / 438 / 444 for the
   pointer kernel (cuDNN 527 / 540 / 558, FlexAttention 367 / 395 / 407). Code: commits 4965e71, a97e473.
+- sixth round, kept: the split the other way round, so that the '/ws' kernel reads nothing but through
+  descriptors: it runs first (PARTIAL), over the key tiles no row's mask cuts, and stores the output over
+  them, normalised, and its log-sum-exp as the non-causal kernel stores its own (through descriptors);
+  the pointer kernel (WS_N; DIAGONAL_TILE 128x64/w8/s2) then starts each row from that and runs the
+  tiles at the diagonal. Right on the H200 (the GPU tests' '/ws' grid, causal: lengths 1-4096, equal
+  and unequal, head_dim 80 and 128, fp16 and bf16, strided; max error against fp64 the same as the
+  pointer kernel's at every shape checked). Forward TFLOP/s, same setup, one process: 388 / 452 / 495
+  at S = 4096 / 8192 / 16384 against 413 / 419 / 432 for the pointer kernel at 128x64/w8/s3 and
+  519 / 546 / 565 for cuDNN (0.748 / 0.828 / 0.876 of cuDNN against 0.796 / 0.767 / 0.764); the tuner
+  took 64x64/w4/s3 at 4096 and the split at 8192 and 16384. Forward+backward: 336 / 366 / 399 against
+  341 / 360 / 391 (cuDNN 472 / 507 / 538).
 """
 from __future__ import annotations
 
