@@ -73,7 +73,7 @@ def stamps(folder: Path) -> dict[str, tuple[int, str]]:
 def test_planning_changes_no_file_under_results(project):
     before = stamps(project / "results")
     plan = planned(project, "--config", "seed=1")
-    assert plan.get("stale_marker") == sum(SEEDED.values())  # every seeded table is out of date ...
+    assert sum(plan.get(r, 0) for r in EXPERIMENT_RULES) == sum(SEEDED.values())  # every seeded table is out of date ...
     assert stamps(project / "results") == before  # ... and not one file was touched to say so
 
 
@@ -88,14 +88,14 @@ def test_one_setting_reruns_that_table_its_figure_and_the_report(project, tmp_pa
     changed = tmp_path / "bug.yaml"
     changed.write_text("softmax:\n  bug: {n_rows: 3, n_cols: [5, 2000, 1048577], block_size: 1024}\n")
     assert planned(project, "--configfile", "tests/tiny_config.yaml", str(changed)) == {
-        "stale_marker": 1, "softmax": 1, "figure_softmax_bug": 1, "report": 1, "all": 1}
+        "softmax": 1, "figure_softmax_bug": 1, "report": 1, "all": 1}
 
 
 def test_editing_a_kernel_reruns_its_tables_only(project):
     with edited(project / "kernels/_softmax.py"):
         plan = planned(project)
     assert {r: n for r, n in plan.items() if r in EXPERIMENT_RULES} == {"softmax": 7}
-    assert set(plan) - EXPERIMENT_RULES == {"stale_marker", "figure_softmax_bug", "figure_bandwidth",
+    assert set(plan) - EXPERIMENT_RULES == {"figure_softmax_bug", "figure_bandwidth",
                                             "figure_ceiling_fraction", "figure_fusion", "figure_softmax_widths",
                                             "report", "all"}
 
@@ -174,6 +174,21 @@ def test_adding_a_kernel_as_the_readme_says_runs_its_jobs_only(project, tmp_path
     assert test.returncode == 0 and "1 passed" in test.stdout, test.stdout[-2000:]
 
 
+def test_a_clone_without_snakemakes_records_reruns_exactly_the_stale_tables(project, tmp_path):
+    """A clone has no .snakemake/ records, so Snakemake's own triggers see no change: the tables'
+    fingerprints must (a GPU run committed, then a kernel edited). Unchanged, it plans no experiment;
+    with a kernel edited, that kernel's tables; run, nothing more."""
+    clone = tmp_path / "clone"
+    shutil.copytree(project, clone, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
+    assert not set(planned(clone)) & EXPERIMENT_RULES
+    with edited(clone / "kernels/_vector_add.py"):
+        plan = planned(clone)
+        tables = len(list((clone / "results/tiny/vector_add").glob("*.parquet")))
+        assert {r: n for r, n in plan.items() if r in EXPERIMENT_RULES} == {"vector_add": tables}
+        smk(clone, "--cores", "2")
+        assert not set(planned(clone)) & EXPERIMENT_RULES
+
+
 def test_touching_sources_reruns_nothing(project):
     """A checkout's file dates say nothing about content: only content decides."""
     for f in [*project.glob("kernels/*.py"), *project.glob("workflow/lab/**/*.py")]:
@@ -183,8 +198,7 @@ def test_touching_sources_reruns_nothing(project):
 
 def test_forcerun_reruns_only_that_experiment_and_its_dependents(project):
     alone = smk(project, "-n", "--forcerun", "softmax", "--", "results/tiny/softmax/bug.parquet").stdout
-    # (and the marker it was last rerun with, if it was once out of date: its inputs stay as recorded)
-    assert job_stats(alone) in ({"softmax": 1}, {"softmax": 1, "stale_marker": 1})
+    assert job_stats(alone) == {"softmax": 1}
     smk(project, "--cores", "1", "--forcerun", "softmax", "--", "results/tiny/softmax/bug.parquet")
     assert not (project / "results/tiny/report.md").exists()  # built from the old table: gone with it
     # The next full run redoes only what depends on the new table.

@@ -6,8 +6,8 @@
 # checkout's file dates say nothing about content. A clone has no .snakemake/ records (and records can
 # be fooled: a restored old table whose checksum matches them), so the fingerprint every table stores is
 # compared here as well: a table whose fingerprint no longer matches gets one more input, a marker named
-# after the fingerprint it must have and the file it replaces, which rule stale_marker makes just before
-# the job. Planning touches no file; only a real run writes the marker (under .snakemake/, never results/).
+# after the fingerprint it must have and the file it replaces, newer than the table: the plan makes it
+# (under .snakemake/lab/stale/, never under results/), and that is the only file planning writes.
 # The workflow and its jobs import `kernels` and `lab` as installed (`pip install -e .`: this checkout).
 import json
 import os
@@ -91,12 +91,18 @@ for _key in EXPERIMENTS:
             continue
     if OWN_RUN and _rec["fingerprint"] != FINGERPRINT[_key]:
         # Named after the fingerprint wanted and this very file (its date, read, not changed), so that no
-        # earlier marker (Snakemake skips a temp input it already made and removed) can stand for it.
+        # earlier marker can stand for it, and made now, so that it is newer than the table. Made by the
+        # plan, not by a rule: Snakemake runs no job for a missing input whose consumer's output exists,
+        # so in a clone (no .snakemake/ records, so no params trigger) a marker still to be made reran nothing.
         _version = os.stat(table(_key)).st_mtime_ns
         STALE[_key] = f".snakemake/lab/stale/{RUN}/{_key}/{FINGERPRINT[_key]}-{_version}"
-    elif OWN_RUN and _rec.get("rerun_marker"):
-        # A current table made by a job that waited for a marker: planned with that marker again (a temp
-        # input Snakemake made and removed, so it is not made again), its input set and params as recorded.
+        if not os.path.exists(STALE[_key]):
+            os.makedirs(os.path.dirname(STALE[_key]), exist_ok=True)
+            Path(STALE[_key]).write_text(FINGERPRINT[_key] + "\n")
+    elif OWN_RUN and _rec.get("rerun_marker") and os.path.exists(_rec["rerun_marker"]):
+        # A current table made by a job that waited for a marker, in the checkout that made it: planned
+        # with that marker again (older than the table), its input set and params as recorded. Elsewhere
+        # (a clone: no marker, no records) it is planned without one.
         STALE[_key] = _rec["rerun_marker"]
     elif not OWN_RUN and (_rec["config_hash"], _rec["code_hash"]) != (provenance.digest(SETTINGS[_key]), CODE_HASH[_key]):
         OUTDATED_FOREIGN.append(_key)

@@ -25,16 +25,3 @@ for _kernel in KERNELS if OWN_RUN else []:
         shell:
             '"$LAB_PYTHON" -m lab.job {params.experiment} {output.table:q} --settings {params.settings:q}'
             " --software {params.software:q} --code {params.code} --rerun-marker={params.marker:q} > {log:q} 2>&1"
-
-
-rule stale_marker:
-    localrule: True
-    output:
-        temp(".snakemake/lab/stale/{run}/{kernel}/{experiment}/{fingerprint}-{version}"),
-    wildcard_constraints:
-        fingerprint="[0-9a-f]{16}",
-        version="[0-9]+",
-    run:
-        os.makedirs(os.path.dirname(output[0]), exist_ok=True)
-        with open(output[0], "w") as fh:
-            fh.write(f"{wildcards.fingerprint}\n")
