@@ -43,8 +43,8 @@ CANDIDATES = {
     "fwd": [(128, 128, 4, 2, True),
             (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3), (128, 128, 8, 3), (64, 32, 4, 2), (32, 32, 4, 1)],
     # dk/dv: a program keeps BLOCK_N keys and streams query tiles past them; dq: the other way round. A
-    # fifth item True: the warp-specialized TMA dK/dV kernel, for Hopper, inputs it can address, not
-    # causal unless CAUSAL_WS_DKDV
+    # fifth item True: the warp-specialized TMA dK/dV kernel, for Hopper, no causal mask (wrong under one
+    # on triton 3.6), inputs it can address
     "bwd_dkdv": [(64, 128, 4, 2, True),
                  (64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
     "bwd_dq": [(128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 128, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
@@ -53,15 +53,9 @@ CANDIDATES = {
     "bwd_one_pass": [(64, 128, 8, 3), (64, 64, 4, 3), (64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2),
                      (32, 32, 4, 1)],
 }  # from workflow/scripts/tune_flash.py on the H200: the tiles that won or came close at some shape
-# A causal call on a '/ws' tile runs the TMA kernel over the tiles no row's mask cuts, then the pointer
-# kernel over those it cuts: forward, the pointer kernel's (BLOCK_N, warps, stages), BLOCK_M the '/ws'
-# tile's; dK/dV, its (warps, stages), both blocks the '/ws' tile's.
+# A causal forward on a '/ws' tile runs the TMA kernel over the key tiles no row's mask cuts, then the
+# pointer kernel over those it cuts, with these (BLOCK_N, warps, stages) and the '/ws' tile's BLOCK_M.
 DIAGONAL_FWD = (64, 8, 2)
-DIAGONAL_DKDV = (8, 2)
-# The dK/dV split is off: on triton 3.6 its TMA kernel's fp32 stores of dK and dV need 263768 B of
-# shared memory at 64x128/w4/s2 (232448 B per block on Hopper; triton 3.9 fits it), so a causal call
-# gets no '/ws' dK/dV tile (a pinned one runs its sizes in the pointer kernel). Right in the interpreter.
-CAUSAL_WS_DKDV = False
 SHARED_BUDGET = 180 * 1024  # of Hopper's 227 KiB per block, leaving room for what the estimate omits
 WS_BUDGET = 220 * 1024  # the '/ws' kernels' estimates are close to what they allocate
 ONE_PASS_TMA_BUDGET = 200 * 1024  # the TMA backward allocates up to ~9% more than its estimate (214040 B at 64x128/s3)
@@ -359,22 +353,19 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, d
 
 @_jit
 def _flash_bwd_dkdv_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_dom, stride_dod,
     n_heads, seq_q, seq_k, sm_scale, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ADD_DQ: tl.constexpr, FROM_PARTIAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ADD_DQ: tl.constexpr,
 ):
     # One program owns BLOCK_N keys and walks every query tile that can see them. ADD_DQ (the one-pass
     # backward, FlashAttention-2/3's scheme): it also adds each query tile's share of dQ, dS K, to an fp32
     # (batch * heads, seq_q, BLOCK_D) buffer with atomics, so no second kernel recomputes P and dP for
     # dQ (5 matmuls per tile pair instead of 7); the order of those additions varies from run to run.
-    # FROM_PARTIAL (causal, after _flash_bwd_tma_kernel with PARTIAL and the same tile sizes): that kernel
-    # has run the query tiles no mask cuts and left dK (unscaled) and dV over them in part_ptr, fp32
-    # (seq_k, 2 * BLOCK_D) rows per head; this kernel adds the tiles the causal mask cuts.
     start_n, bh = _tile_and_head(seq_k, BLOCK_N)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
@@ -391,13 +382,8 @@ def _flash_bwd_dkdv_kernel(
     q_ptrs = q_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
     do_ptrs = do_ptr + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod
     row_base = bh.to(tl.int64) * seq_q
-    if FROM_PARTIAL:
-        part = part_ptr + (bh.to(tl.int64) * seq_k + offs_n[:, None]) * (2 * BLOCK_D) + offs_d[None, :]
-        dk = tl.load(part, mask=offs_n[:, None] < seq_k, other=0.0)
-        dv = tl.load(part + BLOCK_D, mask=offs_n[:, None] < seq_k, other=0.0)
-    else:
-        dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-        dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
     # Query tiles in three runs: those the causal mask cuts (query i sees key j iff i >= j - causal_offset),
     # then whole tiles no mask touches, then the tile that passes seq_q: the mask's arithmetic only where
@@ -413,14 +399,13 @@ def _flash_bwd_dkdv_kernel(
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
                              row_base, lo, mid, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
                              True, True, BLOCK_M, BLOCK_D, ADD_DQ)
-    if not FROM_PARTIAL:
-        whole = tl.maximum(mid, (seq_q // BLOCK_M) * BLOCK_M)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
-                             row_base, mid, whole, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
-                             False, False, BLOCK_M, BLOCK_D, ADD_DQ)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
-                             row_base, whole, seq_q, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
-                             False, True, BLOCK_M, BLOCK_D, ADD_DQ)
+    whole = tl.maximum(mid, (seq_q // BLOCK_M) * BLOCK_M)
+    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
+                         row_base, mid, whole, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
+                         False, False, BLOCK_M, BLOCK_D, ADD_DQ)
+    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
+                         row_base, whole, seq_q, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
+                         False, True, BLOCK_M, BLOCK_D, ADD_DQ)
     dk = dk * sm_scale
 
     tl.store(dk_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
@@ -431,7 +416,7 @@ def _flash_bwd_dkdv_kernel(
 
 @_jit
 def _flash_bwd_tma_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr, part_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -439,7 +424,6 @@ def _flash_bwd_tma_kernel(
     n_heads, seq_q, seq_k, sm_scale, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_Q: tl.constexpr, ADD_DQ: tl.constexpr, WS: tl.constexpr,
-    PARTIAL: tl.constexpr,
 ):
     # The one-pass backward on Hopper (FlashAttention-3's scheme): _flash_bwd_dkdv_kernel with ADD_DQ,
     # but every tile moved by the tensor-memory accelerator, one 2-D descriptor per head (rows past a
@@ -448,11 +432,9 @@ def _flash_bwd_tma_kernel(
     # the two-pass backward's dK/dV kernel. WS: the query loop is warp-specialized (a producer warp group
     # issues the copies, two consumer groups split the keys); Triton (3.9) specializes it only without
     # ADD_DQ. One loop, masked throughout unless no tile needs it (EVEN_Q: not causal and seq_q a
-    # multiple of BLOCK_M). Under a causal mask the specialized loop came out wrong on triton 3.6, so a
-    # causal call with WS runs PARTIAL: the query tiles no mask cuts, dK (unscaled) and dV over them
-    # stored in fp32 to part_ptr, from which _flash_bwd_dkdv_kernel (FROM_PARTIAL) adds the others.
+    # multiple of BLOCK_M).
     # The caller guarantees a unit stride in head_dim and 16-byte aligned bases and strides (_tma_ready).
-    MASK: tl.constexpr = (CAUSAL and not PARTIAL) or not EVEN_Q
+    MASK: tl.constexpr = CAUSAL or not EVEN_Q
     start_n, bh = _tile_and_head(seq_k, BLOCK_N)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
@@ -476,9 +458,6 @@ def _flash_bwd_tma_kernel(
     lo = 0
     if CAUSAL:  # query i sees key j iff i >= j - causal_offset
         lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
-    if PARTIAL:  # from the first tile whose first query sees this program's last key, as in the pointer kernel
-        lo = tl.minimum(tl.maximum(tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M,
-                                   lo), seq_q)
     for start_m in tl.range(lo, seq_q, BLOCK_M, warp_specialize=WS):
         rows = start_m + offs_m
         q = q_desc.load([start_m, 0])
@@ -490,21 +469,15 @@ def _flash_bwd_tma_kernel(
             lse = tl.load(lse_ptr + row_base + rows)
             delta = tl.load(delta_ptr + row_base + rows)
         p_t = tl.math.exp2(tl.dot(k, q.T) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
-        if CAUSAL and not PARTIAL:
+        if CAUSAL:
             p_t = tl.where(offs_n[:, None] <= rows[None, :] + causal_offset, p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv)
         ds_t = p_t * (tl.dot(v, do.T) - delta[None, :])
         dk = tl.dot(ds_t.to(q.dtype), q, dk)
         if ADD_DQ:
             dq_desc.atomic_add([start_m, 0], tl.dot(ds_t.to(k.dtype).T, k))  # scaled once, after all adds
-    if PARTIAL:
-        part_desc = tl.make_tensor_descriptor(part_ptr + bh.to(tl.int64) * seq_k * (2 * BLOCK_D), shape=[seq_k, 2 * BLOCK_D],
-                                              strides=[2 * BLOCK_D, 1], block_shape=[BLOCK_N, BLOCK_D])
-        part_desc.store([start_n, 0], dk)
-        part_desc.store([start_n, BLOCK_D], dv)
-    else:
-        dk_desc.store([start_n, 0], (dk * sm_scale).to(dk_ptr.dtype.element_ty))
-        dv_desc.store([start_n, 0], dv.to(dv_ptr.dtype.element_ty))
+    dk_desc.store([start_n, 0], (dk * sm_scale).to(dk_ptr.dtype.element_ty))
+    dv_desc.store([start_n, 0], dv.to(dv_ptr.dtype.element_ty))
 
 
 @triton.jit
@@ -723,34 +696,19 @@ class _Backward:
         numbers = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), heads, seq_q, seq_k, sm_scale, sm_scale * LOG2E)
         consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal)
 
-        # on Hopper, for inputs TMA can address: the one-pass backward's kernel, and the two-pass backward's
-        # warp-specialized dK/dV kernel for '/ws' tiles (causal, with CAUSAL_WS_DKDV: with the pointer kernel
-        # after it, on the query tiles the mask cuts); a '/ws' tile elsewhere runs its sizes in the pointer kernel
+        # on Hopper, for inputs TMA can address: the one-pass backward's kernel, and, without a causal mask,
+        # the two-pass backward's warp-specialized dK/dV kernel for '/ws' tiles (a '/ws' tile elsewhere runs
+        # its sizes in the pointer kernel)
         self.tma = _tma_ready(q, k, v, do)
-        ws = self.tma and (CAUSAL_WS_DKDV or not causal)
-        part_shape = (batch, heads, seq_k, 2 * block_d)
+        ws = self.tma and not causal
 
-        def dkdv(tile: Tile, add_dq: bool):
-            """The dK/dV launch(es), called with (q, k, v, do, lse, delta, dk, dv, dq_acc, part): part is the
-            fp32 (dK, dV) buffer of a causal '/ws' split, allocated here when it is one (else unused)."""
+        def dkdv(tile: Tile, add_dq: bool) -> Prepared:
             programs = _cdiv(seq_k, tile.block_n) * batch * heads
-            split = causal and tile.ws and ws and not add_dq
             if (add_dq and self.tma and _HAS_TMA_REDUCE) or (tile.ws and ws):
-                tma = _prepare(_flash_bwd_tma_kernel, programs, numbers,
-                               {**consts, "EVEN_Q": (split or not causal) and seq_q % tile.block_m == 0,
-                                "ADD_DQ": add_dq, "WS": tile.ws and not add_dq, "PARTIAL": split}, tile)
-                if not split:
-                    return tma
-                diagonal = _prepare(_flash_bwd_dkdv_kernel, programs, numbers, {**consts, "ADD_DQ": False, "FROM_PARTIAL": True},
-                                    Tile(tile.block_m, tile.block_n, *DIAGONAL_DKDV))
-
-                def both(*tensors):
-                    part = torch.empty(part_shape, dtype=torch.float32, device=tensors[0].device)
-                    tma(*tensors[:-1], part)
-                    diagonal(*tensors[:-1], part)
-                return both
-            return _prepare(_flash_bwd_dkdv_kernel, programs, numbers, {**consts, "ADD_DQ": add_dq, "FROM_PARTIAL": False},
-                            tile)
+                return _prepare(_flash_bwd_tma_kernel, programs, numbers,
+                                {**consts, "EVEN_Q": not causal and seq_q % tile.block_m == 0, "ADD_DQ": add_dq,
+                                 "WS": tile.ws and not add_dq}, tile)
+            return _prepare(_flash_bwd_dkdv_kernel, programs, numbers, {**consts, "ADD_DQ": add_dq}, tile)
 
         def dq_of(tile: Tile) -> Prepared:
             return _prepare(_flash_bwd_dq_kernel, _cdiv(seq_q, tile.block_m) * batch * heads, numbers, consts, tile)
@@ -764,7 +722,7 @@ class _Backward:
 
             def run(tile: Tile):
                 dq_acc.zero_()  # in the timed call too: tuning runs it more than once
-                dkdv(tile, True)(q, k, v, do, lse, delta, dk, dv, dq_acc, dk)
+                dkdv(tile, True)(q, k, v, do, lse, delta, dk, dv, dq_acc)
 
             tma = self.tma and _HAS_TMA_REDUCE
             self.tiles = {"bwd_one_pass": _tile("bwd_one_pass", q, seq_q, seq_k, block_d, causal, run, tma)}
@@ -772,7 +730,7 @@ class _Backward:
         else:
             self.tiles = {
                 "bwd_dkdv": _tile("bwd_dkdv", q, seq_q, seq_k, block_d, causal,
-                                  lambda t: dkdv(t, False)(q, k, v, do, lse, delta, dk, dv, dk, dk), ws),
+                                  lambda t: dkdv(t, False)(q, k, v, do, lse, delta, dk, dv, dk), ws),
                 "bwd_dq": _tile("bwd_dq", q, seq_q, seq_k, block_d, causal,
                                 lambda t: dq_of(t)(q, k, v, do, lse, delta, dq))}
             self.dkdv, self.dq = dkdv(self.tiles["bwd_dkdv"], False), dq_of(self.tiles["bwd_dq"])
@@ -795,10 +753,10 @@ class _Backward:
             _ensure_allocator()
         if self.kind == "one_pass":
             dq_acc = self._accumulator(q)
-            self.dkdv(q, k, v, do, lse, delta, dk, dv, dq_acc, dk)
+            self.dkdv(q, k, v, do, lse, delta, dk, dv, dq_acc)
             dq.copy_(dq_acc[..., :q.shape[-1]].mul_(self.sm_scale))
         else:
-            self.dkdv(q, k, v, do, lse, delta, dk, dv, dk, dk)
+            self.dkdv(q, k, v, do, lse, delta, dk, dv, dk)
             self.dq(q, k, v, do, lse, delta, dq)
         return dq, dk, dv
 

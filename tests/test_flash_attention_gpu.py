@@ -244,8 +244,8 @@ def test_every_tile_of_the_tma_one_pass_backward_is_right(d, dtype, causal, monk
 @pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (128, torch.float16), (80, torch.bfloat16)])
 def test_every_warp_specialized_dkdv_tile_is_right_and_never_runs_causal(tile, d, dtype, monkeypatch):
     """The two-pass backward's warp-specialized TMA dK/dV kernel: it runs, and is right, without a causal
-    mask; under one (CAUSAL_WS_DKDV off: its split does not fit in shared memory on triton 3.6) a pinned
-    '/ws' tile runs its sizes in the pointer kernel, and tuning never offers a '/ws' tile."""
+    mask; under one (where triton 3.6 got it wrong) a pinned '/ws' tile runs its sizes in the pointer
+    kernel, and tuning never offers a '/ws' tile."""
     prepared = []
     real = fa._prepare
     monkeypatch.setattr(fa, "_prepare", lambda kernel, *a, **kw: prepared.append((kernel, *a)) or real(kernel, *a, **kw))

@@ -8,8 +8,7 @@ from lab.sm90 import shared_memory_each
 
 HOPPER_SHARED_PER_BLOCK = 232448  # max shared memory per block (opt-in) on H100/H200
 # the forward that a backward follows; the dk/dv kernel with and without the one-pass backward's dQ
-CONSTS = {"fwd": {"STORE_LSE": True, "WS_N": 0}, "bwd_dkdv": {"ADD_DQ": False, "FROM_PARTIAL": False}, "bwd_dq": {},
-          "bwd_one_pass": {"ADD_DQ": True, "FROM_PARTIAL": False}}
+CONSTS = {"fwd": {"STORE_LSE": True, "WS_N": 0}, "bwd_dkdv": {"ADD_DQ": False}, "bwd_dq": {}, "bwd_one_pass": {"ADD_DQ": True}}
 ELT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
@@ -41,8 +40,8 @@ def assert_each_fits(kernel: str, types: dict, tiles, consts: dict) -> None:
 def test_flash_first_fitting_tile_compiles_and_fits(dtype, head_dim):
     """The first candidate that fits is what runs untuned (correctness jobs, CUDA graph capture)."""
     requests = {}
-    for kernel, n_ptr, kind in (("_flash_fwd_kernel", 6, "fwd"), ("_flash_bwd_dkdv_kernel", 10, "bwd_dkdv"),
-                                ("_flash_bwd_dq_kernel", 7, "bwd_dq"), ("_flash_bwd_dkdv_kernel", 10, "bwd_one_pass")):
+    for kernel, n_ptr, kind in (("_flash_fwd_kernel", 6, "fwd"), ("_flash_bwd_dkdv_kernel", 9, "bwd_dkdv"),
+                                ("_flash_bwd_dq_kernel", 7, "bwd_dq"), ("_flash_bwd_dkdv_kernel", 9, "bwd_one_pass")):
         tile = fa.candidates(kind, head_dim, torch.empty(0, dtype=dtype).element_size(), interpreter=False)[0]
         requests[f"{kind} {tile}"] = fit_request(kernel, arg_types(kernel, n_ptr, ELT[dtype]), tile,
                                                  dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, **CONSTS[kind]))
@@ -50,9 +49,9 @@ def test_flash_first_fitting_tile_compiles_and_fits(dtype, head_dim):
 
 
 @pytest.mark.parametrize("kernel, n_ptr, kind", [("_flash_fwd_kernel", 6, "fwd"),
-                                                 ("_flash_bwd_dkdv_kernel", 10, "bwd_dkdv"),
+                                                 ("_flash_bwd_dkdv_kernel", 9, "bwd_dkdv"),
                                                  ("_flash_bwd_dq_kernel", 7, "bwd_dq"),
-                                                 ("_flash_bwd_dkdv_kernel", 10, "bwd_one_pass")])
+                                                 ("_flash_bwd_dkdv_kernel", 9, "bwd_one_pass")])
 def test_every_candidate_tile_that_fits_by_estimate_really_fits(kernel, n_ptr, kind):
     """fits() is an estimate; at bf16 D=128 each tile it admits must compile within Hopper's limit."""
     tiles = fa.candidates(kind, 128, 2, interpreter=False)
@@ -86,20 +85,13 @@ def test_every_tile_of_the_tma_one_pass_backward_fits(dtype, head_dim):
     """The one-pass backward's TMA kernel buffers every stage and stages each fp32 dQ tile: fits(tma=True)
     must admit only tiles that compile within Hopper's limit."""
     tiles = fa.candidates("bwd_one_pass", head_dim, torch.empty(0, dtype=dtype).element_size(), interpreter=False, tma=True)
-    assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 10, ELT[dtype]), tiles,
-                     dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False, ADD_DQ=True, WS=False,
-                          PARTIAL=False))
+    assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, ELT[dtype]), tiles,
+                     dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False, ADD_DQ=True, WS=False))
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_the_warp_specialized_dkdv_tiles_compile_within_hopper_shared_memory(causal):
+def test_the_warp_specialized_dkdv_tiles_compile_within_hopper_shared_memory():
     """Every '/ws' dK/dV candidate at head_dim 128: the TMA kernel without the dQ reduce-add, its query
-    loop warp-specialized; causal, its part (PARTIAL: fp32 dK and dV stored) and the pointer kernel's."""
+    loop warp-specialized (only without a causal mask, where it was right)."""
     tiles = [t for t in fa.candidates("bwd_dkdv", 128, 2, interpreter=False, tma=True) if t.ws]
-    consts = dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=causal, ADD_DQ=False)
-    assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 10, "bf16"), tiles,
-                     dict(consts, EVEN_Q=False, WS=True, PARTIAL=causal))
-    if causal:
-        diagonal = [fa.Tile(t.block_m, t.block_n, *fa.DIAGONAL_DKDV) for t in tiles]
-        assert_each_fits("_flash_bwd_dkdv_kernel", arg_types("_flash_bwd_dkdv_kernel", 10, "bf16"), diagonal,
-                         dict(consts, FROM_PARTIAL=True))
+    assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, "bf16"), tiles,
+                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, EVEN_Q=False, ADD_DQ=False, WS=True))

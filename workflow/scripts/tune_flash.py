@@ -90,7 +90,17 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   at S = 4096 / 8192 / 16384 against 413 / 419 / 432 for the pointer kernel at 128x64/w8/s3 and
   519 / 546 / 565 for cuDNN (0.748 / 0.828 / 0.876 of cuDNN against 0.796 / 0.767 / 0.764); the tuner
   took 64x64/w4/s3 at 4096 and the split at 8192 and 16384. Forward+backward: 336 / 366 / 399 against
-  341 / 360 / 391 (cuDNN 472 / 507 / 538).
+  341 / 360 / 391 (cuDNN 472 / 507 / 538). The pipeline's performance job at that commit (185443d, not
+  the committed run): causal forward 414 / 451 / 501, 0.788 / 0.824 / 0.854 of cuDNN, 1.14x / - / 1.25x
+  FlexAttention (the committed run before it: 406 / 440 / 442, 0.788 / 0.816 / 0.803).
+- sixth round, not kept: the same split for the dK/dV kernel (its '/ws' loop over the query tiles no
+  mask cuts, PARTIAL; the pointer kernel then adds the tiles the mask cuts, FROM_PARTIAL). Handing
+  fp32 dK and dV over through TMA stores needed 263768 B of shared memory on triton 3.6 (over the
+  232448 B limit: OutOfResources at launch on the H200; triton 3.9 compiled it within the limit, so the
+  sm_90 compile test, run with CI's triton, did not catch it); splitting those stores in column halves
+  failed to compile on 3.6; handing them over in dK's and dV's own dtype fits (164312 B, as without the
+  split) but doubled dK's error in the interpreter (max against fp64 0.00077 -> 0.00181 at 300 x 300,
+  head_dim 64, fp16). Not run on the GPU. Code: 185443d (fp32 hand-over).
 """
 from __future__ import annotations
 
