@@ -177,7 +177,7 @@ def test_adding_a_kernel_as_the_readme_says_runs_its_jobs_only(project, tmp_path
 def test_a_clone_without_snakemakes_records_reruns_exactly_the_stale_tables(project, tmp_path):
     """A clone has no .snakemake/ records, so Snakemake's own triggers see no change: the tables'
     fingerprints must (a GPU run committed, then a kernel edited). Unchanged, it plans no experiment;
-    with a kernel edited, that kernel's tables; run, nothing more."""
+    with a kernel edited, that kernel's tables; run, nothing more, in it or in a clone of it."""
     clone = tmp_path / "clone"
     shutil.copytree(project, clone, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
     assert not set(planned(clone)) & EXPERIMENT_RULES
@@ -186,6 +186,13 @@ def test_a_clone_without_snakemakes_records_reruns_exactly_the_stale_tables(proj
         tables = len(list((clone / "results/tiny/vector_add").glob("*.parquet")))
         assert {r: n for r, n in plan.items() if r in EXPERIMENT_RULES} == {"vector_add": tables}
         smk(clone, "--cores", "2")
+        assert not set(planned(clone)) & EXPERIMENT_RULES
+        # its tables now record the markers they waited for: gone in a clone of it, or deleted, they are
+        # made again as old ones, and nothing reruns
+        again = tmp_path / "clone of the clone"
+        shutil.copytree(clone, again, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
+        assert not set(planned(again)) & EXPERIMENT_RULES
+        shutil.rmtree(clone / ".snakemake/lab/stale")
         assert not set(planned(clone)) & EXPERIMENT_RULES
 
 

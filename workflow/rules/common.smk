@@ -12,6 +12,7 @@
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -77,6 +78,18 @@ if len(_MADE_ON) > 1 and not config["overwrite_foreign_run"]:
     raise WorkflowError(f"{OUT} holds tables made on {len(_MADE_ON)} machines, and a report is built from one "
                         "machine's tables only: " + "; ".join(f"{m}: {', '.join(t)}" for m, t in _MADE_ON.items())
                         + ". Move the tables that do not belong there out of the folder.")
+
+
+def _mark(marker, table_path, newer):
+    """Make a missing marker, dated a second after the table (newer: its job reruns) or before it (not)."""
+    if os.path.exists(marker):
+        return
+    os.makedirs(os.path.dirname(marker), exist_ok=True)
+    Path(marker).write_text(os.path.basename(marker) + "\n")
+    dated = os.stat(table_path).st_mtime_ns + (1 if newer else -1) * 10**9
+    os.utime(marker, ns=(max(dated, time.time_ns()) if newer else dated,) * 2)
+
+
 STALE, OUTDATED_FOREIGN = {}, []  # STALE: key -> the marker its job waits for
 UNREADABLE = {}  # key -> why its table cannot be read: rerun in this machine's run, not settled in another's
 for _key in EXPERIMENTS:
@@ -91,19 +104,17 @@ for _key in EXPERIMENTS:
             continue
     if OWN_RUN and _rec["fingerprint"] != FINGERPRINT[_key]:
         # Named after the fingerprint wanted and this very file (its date, read, not changed), so that no
-        # earlier marker can stand for it, and made now, so that it is newer than the table. Made by the
-        # plan, not by a rule: Snakemake runs no job for a missing input whose consumer's output exists,
-        # so in a clone (no .snakemake/ records, so no params trigger) a marker still to be made reran nothing.
+        # earlier marker can stand for it, and dated after the table. Made by the plan, not by a rule:
+        # Snakemake runs no job for a missing input whose consumer's output exists, so in a clone (no
+        # .snakemake/ records, so no params trigger) a marker still to be made reran nothing.
         _version = os.stat(table(_key)).st_mtime_ns
         STALE[_key] = f".snakemake/lab/stale/{RUN}/{_key}/{FINGERPRINT[_key]}-{_version}"
-        if not os.path.exists(STALE[_key]):
-            os.makedirs(os.path.dirname(STALE[_key]), exist_ok=True)
-            Path(STALE[_key]).write_text(FINGERPRINT[_key] + "\n")
-    elif OWN_RUN and _rec.get("rerun_marker") and os.path.exists(_rec["rerun_marker"]):
-        # A current table made by a job that waited for a marker, in the checkout that made it: planned
-        # with that marker again (older than the table), its input set and params as recorded. Elsewhere
-        # (a clone: no marker, no records) it is planned without one.
+        _mark(STALE[_key], table(_key), newer=True)
+    elif OWN_RUN and _rec.get("rerun_marker"):
+        # A current table made by a job that waited for a marker: planned with that marker again, its input
+        # set and params as recorded; made again, dated before the table, where it is gone (a clone).
         STALE[_key] = _rec["rerun_marker"]
+        _mark(STALE[_key], table(_key), newer=False)
     elif not OWN_RUN and (_rec["config_hash"], _rec["code_hash"]) != (provenance.digest(SETTINGS[_key]), CODE_HASH[_key]):
         OUTDATED_FOREIGN.append(_key)
 if OUTDATED_FOREIGN:
