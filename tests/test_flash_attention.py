@@ -151,7 +151,8 @@ def test_scores_of_minus_inf_count_as_in_sdpa(keys, sq, causal):
     torch.testing.assert_close(out, ref, atol=TF32_ATOL if ON_GPU else 1e-5, rtol=1e-5)
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
         sdpa = torch.nn.functional.scaled_dot_product_attention(q[:, :, -70:], k, v, is_causal=causal)
-    torch.testing.assert_close(out[:, :, -70:], sdpa, atol=TF32_ATOL if ON_GPU else 1e-5, rtol=1e-5)  # SDPA's causal mask: top-left
+    # SDPA's causal mask is top-left aligned: on the last 70 queries and the 70 keys (square) it is ours
+    torch.testing.assert_close(out[:, :, -70:], sdpa, atol=TF32_ATOL if ON_GPU else 1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -235,3 +236,25 @@ def test_the_causal_split_passes_on_keys_of_minus_inf(first, causal_ws):
     assert out[:, :, :first].eq(0).all() and out[:, :, first:].abs().gt(0).all()
     torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=0)
 
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")
+@pytest.mark.parametrize("sq, sk, keys", [(130, 70, "finite"), (33, 64, "-inf"), (100, 100, "finite")])
+def test_the_causal_split_stores_the_pointer_kernels_log_sum_exp(sq, sk, keys, causal_ws):
+    """What the backward reads: the same log-sum-exp as the pointer kernel alone, +inf for rows that see no
+    key (causal, seq_q > seq_k) or only keys of -inf (which at 33 x 64 lie in the TMA kernel's part)."""
+    from kernels import _flash_attention as fa
+
+    q, k, v = (t.detach() for t in qkv(1, 2, sq, sk, 16, torch.float16))
+    if keys == "-inf":
+        q[..., 0] = 1.0
+        k[..., 0] = float("-inf")
+    o, lse = fa._Forward(q, k, v, True, 0.25, True)(q, k, v)
+    fa.pin(fwd="32x32/w4/s1")  # the pointer kernel alone
+    o_alone, lse_alone = fa._Forward(q, k, v, True, 0.25, True)(q, k, v)
+    fa.pin(fwd="32x32/w4/s1/ws")
+    assert torch.equal(lse.isinf(), lse_alone.isinf()) and torch.equal(lse[lse.isinf()], lse_alone[lse_alone.isinf()])
+    no_key = max(sq - sk, 0) if keys == "finite" else sq  # rows that see no finite score
+    assert lse[..., :no_key].eq(float("inf")).all() and lse[..., no_key:].isfinite().all()
+    torch.testing.assert_close(lse, lse_alone, atol=1e-5, rtol=0)
+    torch.testing.assert_close(o, o_alone, atol=2e-3, rtol=0)

@@ -145,7 +145,8 @@ def _ws_tiles():
 
 
 @pytest.mark.parametrize("tile", _ws_tiles())
-@pytest.mark.parametrize("lengths", [(1, 1), (113, 203), (203, 113), (1024, 1024), (4096, 4096)])
+@pytest.mark.parametrize("lengths", [(1, 1), (113, 203), (203, 113), (1024, 1024), (4096, 4096), (300, 1100),
+                                     (1100, 300)])  # the last two: the causal split's '/ws' part runs, offset
 @pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (128, torch.float16), (80, torch.bfloat16)])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_every_warp_specialized_tile_is_right_forward_lse_and_gradients(tile, lengths, d, dtype, causal):
