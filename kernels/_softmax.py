@@ -145,10 +145,19 @@ def _rows_forward(out_ptr, x_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col
 
 
 @triton.jit
-def _tile_load(ptrs, mask, EVEN: tl.constexpr, POLICY: tl.constexpr):
+def _load(ptrs, mask, other, EVEN: tl.constexpr, POLICY: tl.constexpr):
+    """A load as fp32, masked unless EVEN (the caller knows every address is in the tensor)."""
     if EVEN:
         return tl.load(ptrs, eviction_policy=POLICY).to(tl.float32)
-    return tl.load(ptrs, mask=mask, other=0.0, eviction_policy=POLICY).to(tl.float32)
+    return tl.load(ptrs, mask=mask, other=other, eviction_policy=POLICY).to(tl.float32)
+
+
+@triton.jit
+def _store(ptrs, value, mask, EVEN: tl.constexpr):
+    if EVEN:
+        tl.store(ptrs, value)
+    else:
+        tl.store(ptrs, value, mask=mask)
 
 
 @triton.jit
@@ -163,18 +172,15 @@ def _rows_backward(dx_ptr, y_ptr, dy_ptr, n_rows, n_cols, y_row, y_col, dy_row, 
     cmask = (cols < n_cols)[None, :]
     y_ptrs = y_ptr + src * y_row + cols[None, :] * y_col
     dy_ptrs = dy_ptr + src * dy_row + cols[None, :] * dy_col
-    y = _tile_load(y_ptrs, cmask, EVEN, "evict_last" if RELOAD else "")
-    dy = _tile_load(dy_ptrs, cmask, EVEN, "evict_last" if RELOAD else "")
+    y = _load(y_ptrs, cmask, 0.0, EVEN, "evict_last" if RELOAD else "")
+    dy = _load(dy_ptrs, cmask, 0.0, EVEN, "evict_last" if RELOAD else "")
     dot = tl.sum(y * dy, axis=1)[:, None]
     if RELOAD:
-        y = _tile_load(y_ptrs, cmask, EVEN, "evict_first")
-        dy = _tile_load(dy_ptrs, cmask, EVEN, "evict_first")
+        y = _load(y_ptrs, cmask, 0.0, EVEN, "evict_first")
+        dy = _load(dy_ptrs, cmask, 0.0, EVEN, "evict_first")
     dx = (y * (dy - dot)).to(dx_ptr.dtype.element_ty)
     dst = dx_ptr + rows.to(tl.int64)[:, None] * dx_row + cols[None, :] * dx_col
-    if EVEN:
-        tl.store(dst, dx)
-    else:
-        tl.store(dst, dx, mask=(rows < n_rows)[:, None] & cmask)
+    _store(dst, dx, (rows < n_rows)[:, None] & cmask, EVEN)
 
 
 @triton.jit
@@ -198,9 +204,13 @@ def _row_mask(cols, n_cols, row, n_rows):
 
 
 @triton.jit
-def _load_chunk(x_ptr, row, x_row, cols, x_col, n_cols, n_rows):
-    return tl.load(x_ptr + tl.cast(row, tl.int64) * x_row + cols * x_col, mask=_row_mask(cols, n_cols, row, n_rows),
-                   other=-float("inf")).to(tl.float32)
+def _load_chunk(x_ptr, row, x_row, cols, x_col, n_cols, n_rows, EVEN: tl.constexpr):
+    """A chunk of row ``row`` as fp32, -inf past the row; a row past the last (the loop reads ahead) is all
+    -inf, or, EVEN (chunks cover the rows exactly: no mask), the last row again, which is never used."""
+    if EVEN:
+        row = tl.minimum(row, n_rows - 1)
+    return _load(x_ptr + tl.cast(row, tl.int64) * x_row + cols * x_col, _row_mask(cols, n_cols, row, n_rows),
+                 -float("inf"), EVEN, "")
 
 
 @triton.jit
@@ -217,28 +227,28 @@ def _publish(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr)
 @triton.jit
 def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col,
                    n_groups, CHUNK: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
-                   PHASE: tl.constexpr):
+                   PHASE: tl.constexpr, EVEN: tl.constexpr):
     """Program (group, chunk) handles columns [chunk * CHUNK, +CHUNK) of rows group, group + n_groups, ...
     PHASE 0: the whole softmax, waiting at each row's counter (GPU); 1: partials only; 2: output from
     partials. The loop runs a row ahead: before it waits for the other programs' partials of a row, it
     publishes its partials of the next row and issues the loads of the one after, so that a wait
-    overlaps with work and loads."""
+    overlaps with work and loads. EVEN: the chunks cover the rows exactly, so no column is masked."""
     pid = tl.program_id(0)
     group = pid // SPLITS  # < n_rows: the launch never has more groups than rows
     chunk = pid % SPLITS
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
     splits = tl.arange(0, SPLITS_P2)
-    x = _load_chunk(x_ptr, group, x_row, cols, x_col, n_cols, n_rows)
+    x = _load_chunk(x_ptr, group, x_row, cols, x_col, n_cols, n_rows, EVEN)
     if PHASE != 2:
         _publish(x, part_ptr + tl.cast(group, tl.int64) * (2 * SPLITS), counter_ptr + group, chunk, SPLITS, PHASE)
-    following = _load_chunk(x_ptr, group + n_groups, x_row, cols, x_col, n_cols, n_rows)
+    following = _load_chunk(x_ptr, group + n_groups, x_row, cols, x_col, n_cols, n_rows, EVEN)
     for row in range(group, n_rows, n_groups):
         r = tl.cast(row, tl.int64)
         if PHASE != 2:
             if row + n_groups < n_rows:
                 _publish(following, part_ptr + (r + n_groups) * (2 * SPLITS), counter_ptr + row + n_groups,
                          chunk, SPLITS, PHASE)
-        after = _load_chunk(x_ptr, row + 2 * n_groups, x_row, cols, x_col, n_cols, n_rows)
+        after = _load_chunk(x_ptr, row + 2 * n_groups, x_row, cols, x_col, n_cols, n_rows, EVEN)
         if PHASE == 0:
             _wait(counter_ptr + row, SPLITS)
         if PHASE != 1:
@@ -248,7 +258,7 @@ def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row,
             row_max = tl.max(ms, axis=0)
             total = tl.sum(ls * tl.exp2((ms - row_max) * LOG2E), axis=0)
             y = tl.exp2((x - row_max) * LOG2E) * (1.0 / total)
-            tl.store(out_ptr + r * out_row + cols * out_col, y.to(out_ptr.dtype.element_ty), mask=cols < n_cols)
+            _store(out_ptr + r * out_row + cols * out_col, y.to(out_ptr.dtype.element_ty), cols < n_cols, EVEN)
         x = following
         following = after
 
@@ -309,14 +319,15 @@ def _segment(n_cols, SEGMENT: tl.constexpr, SPLITS: tl.constexpr, WHOLE_ROW: tl.
 @triton.jit
 def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col,
                       n_groups, SEGMENT: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
-                      SPLITS_P2: tl.constexpr, PHASE: tl.constexpr, FAST: tl.constexpr):
+                      SPLITS_P2: tl.constexpr, PHASE: tl.constexpr, FAST: tl.constexpr, EVEN: tl.constexpr):
     """Program (group, part) handles columns [part * SEGMENT, +SEGMENT) of rows group, group + n_groups, ...
     and walks them twice in chunks of CHUNK: first for the max and the sum of exp (loads that ask L2 to keep
     the lines), then to write y. When the segments of the resident programs fit in L2, the second read comes
     from there, not from memory. With SPLITS > 1 the programs of a row combine their partials between the
     two walks, at the row's counter as in _split_forward (PHASE as there). FAST (for 16-bit outputs): the second
     walk computes y = exp2((x - max) * log2(e) + log2(1 / sum)) in one multiply-add, one op fewer than
-    exp2((x - max) * log2(e)) / sum and as exact for a 16-bit output."""
+    exp2((x - max) * log2(e)) / sum and as exact for a 16-bit output. EVEN: the chunks cover the segments
+    exactly, so no column is masked."""
     group, part_index, first, end = _segment(n_cols, SEGMENT, SPLITS, True)
     offsets = tl.arange(0, CHUNK)
     splits = tl.arange(0, SPLITS_P2)
@@ -328,8 +339,7 @@ def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_r
             total = tl.full([], 0.0, tl.float32)
             for start in range(first, end, CHUNK):
                 cols = start + offsets
-                x = tl.load(x_ptr + r * x_row + cols * x_col, mask=cols < end, other=-float("inf"),
-                            eviction_policy="evict_last").to(tl.float32)
+                x = _load(x_ptr + r * x_row + cols * x_col, cols < end, -float("inf"), EVEN, "evict_last")
                 m_new = tl.maximum(m, tl.max(x, axis=0))
                 m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # a chunk of -inf sums to 0, not NaN
                 total = total * tl.exp2((m - m_safe) * LOG2E) + tl.sum(tl.exp2((x - m_safe) * LOG2E), axis=0)
@@ -353,13 +363,12 @@ def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_r
             log2_scale = tl.log2(scale)
             for start in range(first, end, CHUNK):
                 cols = start + offsets
-                x = tl.load(x_ptr + r * x_row + cols * x_col, mask=cols < end, other=0.0,
-                            eviction_policy="evict_first").to(tl.float32)
+                x = _load(x_ptr + r * x_row + cols * x_col, cols < end, 0.0, EVEN, "evict_first")
                 if FAST:
                     y = tl.exp2(tl.fma(x - row_max, LOG2E, log2_scale))
                 else:
                     y = tl.exp2((x - row_max) * LOG2E) * scale
-                tl.store(out_ptr + r * out_row + cols * out_col, y.to(out_ptr.dtype.element_ty), mask=cols < end)
+                _store(out_ptr + r * out_row + cols * out_col, y.to(out_ptr.dtype.element_ty), cols < end, EVEN)
 
 
 @triton.jit
@@ -512,6 +521,12 @@ def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, cfg: Settin
         kernel[(n_rows * splits,)](**arguments, n_groups=n_rows, PHASE=phase, **consts, num_warps=num_warps)
 
 
+def _covers(n_cols: int, cfg: Settings) -> bool:
+    """Whether the split or two-pass path's chunks cover every row exactly (its segments, the last one's
+    too, are whole chunks), so that its kernel can drop the column masks (EVEN)."""
+    return n_cols % cfg.chunk == 0 and cfg.segment % cfg.chunk == 0
+
+
 def _columns_fit(t: torch.Tensor) -> bool:
     """Whether the kernels' column offsets (column index x column stride, in 32 bits) hold t's columns."""
     return t.stride(1) == 1 or (t.shape[1] - 1) * t.stride(1) < 2**31
@@ -533,7 +548,7 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     if cfg.split:
         _split_launch(_two_pass_forward if cfg.segment else _split_forward,
                       dict(out_ptr=out, x_ptr=x, x_row=x.stride(0), x_col=x.stride(1), out_row=out.stride(0),
-                           out_col=out.stride(1)), n_rows, n_cols, cfg, 2,
+                           out_col=out.stride(1)), n_rows, n_cols, cfg, 2, EVEN=_covers(n_cols, cfg),
                       **(dict(FAST=out.element_size() <= 2) if cfg.segment else {}))
     else:
         _rows_forward[(triton.cdiv(n_rows, cfg.block_m),)](out, x, n_rows, n_cols, *strides, BLOCK_M=cfg.block_m,

@@ -95,3 +95,31 @@ def test_the_warp_specialized_dkdv_tiles_compile_within_hopper_shared_memory():
     tiles = [t for t in fa.candidates("bwd_dkdv", 128, 2, interpreter=False, tma=True) if t.ws]
     assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, "bf16"), tiles,
                      dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, EVEN_Q=False, ADD_DQ=False, WS=True))
+
+
+def test_the_wide_softmax_forwards_compile_with_and_without_masks():
+    """Each forward entry of softmax's WIDE table, at its widest row (2^20 columns where it has no limit),
+    compiles for sm_90 with the column masks (EVEN off) and without them (EVEN: chunks that cover the rows)."""
+    import triton
+
+    from kernels import _softmax as sm
+
+    requests = {}
+    for direction, size, widest, _ in sm.WIDE:
+        if direction != "forward":
+            continue
+        n_cols = widest // size if widest else 2**20
+        cfg = sm.launch_settings(n_cols, size)
+        kernel = "_two_pass_forward" if cfg.segment else "_split_forward"
+        splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)
+        elt = "fp32" if size == 4 else "bf16"
+        types = dict(out_ptr=f"*{elt}", x_ptr=f"*{elt}", part_ptr="*fp32", counter_ptr="*i32",
+                     **dict.fromkeys(("n_rows", "n_cols", "x_row", "x_col", "out_row", "out_col", "n_groups"), "i32"))
+        consts = dict(CHUNK=cfg.chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits), PHASE=0,
+                      **(dict(SEGMENT=cfg.segment, FAST=size == 2) if cfg.segment else {}))
+        for even in (False, True):
+            requests[f"{kernel} {elt} {n_cols} EVEN={even}"] = dict(
+                module="kernels._softmax", kernel=kernel, arg_types=types, constexprs=dict(consts, EVEN=even),
+                num_warps=cfg.num_warps, num_stages=3)  # Triton's default, as _split_launch leaves it
+    assert len(requests) == 8
+    assert_all_fit(requests)

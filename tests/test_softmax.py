@@ -6,6 +6,7 @@ import torch
 from conftest import DEVICE, FLOAT_DTYPES, ON_GPU, randn
 import kernels._softmax as sm
 from kernels import softmax, softmax_backward, softmax_naive, softmax_ref, softmax_writeup
+from kernels._triton import tl, triton
 from lab.units.softmax import softmax_atol
 
 SHAPES = [(4, 5), (1, 1), (3, 97), (7, 1023), (2, 1024), (2, 1025), (5, 2000), (2, 4097)]
@@ -110,6 +111,51 @@ def test_every_path_strided_and_minus_inf(path, dtype):
 
 
 @pytest.mark.parametrize("path", FORWARD_PATHS)
+@pytest.mark.parametrize("shape", [(4, 128), (1, 128), (3, 130), (2, 96)])
+def test_no_path_reads_or_writes_outside_its_rows(shape, path):
+    """x and the output are windows of larger buffers: NaN in x's buffer past each row, a sentinel in the
+    output's. Shapes whose chunks cover the rows exactly (the split and two-pass paths drop their masks
+    there, EVEN) and shapes they do not."""
+    n_rows, n_cols = shape
+    x_buffer = torch.full((n_rows + 2, n_cols + 40), float("nan"), device=DEVICE)
+    x = x_buffer[:n_rows, :n_cols]
+    x.copy_(randn(*shape, seed=3))
+    out_buffer = torch.full((n_rows + 2, n_cols + 40), 7.0, device=DEVICE)
+    out = out_buffer[:n_rows, :n_cols]
+    sm._forward(x, out, **FORWARD_PATHS[path])
+    torch.testing.assert_close(out, softmax_ref(x), atol=softmax_atol(torch.float32), rtol=0)
+    outside = torch.ones_like(out_buffer, dtype=torch.bool)
+    outside[:n_rows, :n_cols] = False
+    assert out_buffer[outside].eq(7.0).all()
+
+
+def test_the_unmasked_forms_are_taken_where_the_chunks_cover_the_rows():
+    """The test above is about something: EVEN holds for 128 columns in every split and two-pass form
+    there, and not for 130."""
+    for path in ("split", "two-pass", "two-pass, a program per row"):
+        assert sm._covers(128, sm.launch_settings(128, 4, **FORWARD_PATHS[path])), path
+        assert not sm._covers(130, sm.launch_settings(130, 4, **FORWARD_PATHS[path])), path
+
+
+@triton.jit
+def _chunk_of(out_ptr, x_ptr, row, x_row, n_cols, n_rows, CHUNK: tl.constexpr, EVEN: tl.constexpr):
+    cols = tl.arange(0, CHUNK)
+    tl.store(out_ptr + cols, sm._load_chunk(x_ptr, row, x_row, cols, 1, n_cols, n_rows, EVEN))
+
+
+def test_a_load_ahead_of_the_last_row_stays_in_the_tensor():
+    """The split path loads two rows ahead. Past the last row, a masked load gives -inf; an unmasked one
+    (EVEN) must read the last row again, not the memory after the tensor (here, more rows of the buffer
+    the tensor is a view of)."""
+    buffer = torch.arange(6 * 64, dtype=torch.float32, device=DEVICE).reshape(6, 64)
+    x = buffer[:3]
+    for even, want in ((True, x[2]), (False, torch.full((64,), -float("inf"), device=DEVICE))):
+        out = torch.empty(64, device=DEVICE)
+        _chunk_of[(1,)](out, x, 5, x.stride(0), 64, 3, CHUNK=64, EVEN=even)
+        assert torch.equal(out, want), even
+
+
+@pytest.mark.parametrize("path", FORWARD_PATHS)
 def test_large_inputs_lose_no_precision_in_16_bit(path):
     """Inputs near fp16's largest (|x| ~ 3e4): y from x - max, never from x * log2(e) minus a shift of the
     same size, which would cost the output a few ulp."""
@@ -154,7 +200,9 @@ def test_column_offsets_past_int32_are_made_to_fit(monkeypatch):
     """The kernels compute column index x column stride in 32 bits: a tensor whose last column lies 2**31
     elements or more past its first runs contiguous, and an out= like that is written through a buffer (in
     place too). Forced here on small strided tensors by counting every strided one as too wide."""
-    meta = lambda shape, stride: torch.empty_strided(shape, stride, device="meta")
+    def meta(shape, stride):
+        return torch.empty_strided(shape, stride, device="meta")
+
     assert not sm._columns_fit(meta((2, 2**27 + 4), (1, 16)))
     assert sm._columns_fit(meta((2, 2**27), (1, 16))) and sm._columns_fit(meta((2, 2**27 + 4), (2**31 + 5, 1)))
     monkeypatch.setattr(sm, "_columns_fit", lambda t: t.stride(1) == 1)

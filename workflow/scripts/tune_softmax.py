@@ -22,32 +22,30 @@ WIDTHS = [2**k for k in range(7, 19)] + [2**20]
 
 
 def candidates(n: int, direction: str) -> dict:
-    """label -> keyword arguments of sm._forward / sm._backward: the defaults, and the grid they were
-    chosen from (rows tiles forward; the split and two-pass paths from 32768 columns). Also tried on the H200 and dropped, as slower: eviction_policy="evict_first",
-    persistent programs looping over tiles (num_stages 1 and 2), and a split path that does not run a
-    row ahead. Dropped later (H200, triton 3.6, fractions of copy): for bf16 rows of 32768 columns
-    (0.79 with the rows path and 16 warps), a rows kernel that keeps x in bf16 and computes exp twice
-    (0.60-0.75 with 4-32 warps) and the split path (0.61-0.68, chunks of 2048-8192, 4-16 warps). Kept
-    from the same sweep: 4 warps up to 4096-element tiles (bf16 at 4096 columns 0.81 -> 0.97), the
-    backward's rows path to 32768 columns with 8 warps (bf16 0.58 -> 0.99, fp32 0.80 -> 0.97), and a
-    warp per KiB of chunk on the split backward (bf16 at 65536 columns 0.57 -> 0.81). Measured next and
-    not kept (H200, triton 3.6, fractions of a copy of 4165-4168 GB/s; the committed sizes first): bf16
-    rows of 32768 columns forward 0.79, with 32 warps 0.79, 8 warps 0.65, two rows per program 0.75, the
-    split path with one program per row running a row ahead (chunk 32768, 16-32 warps) 0.09-0.27, two
-    programs per row (chunk 16384, 8-16 warps) 0.50-0.54; bf16 at 65536 the split path 0.63, one row per
-    program with 32 warps 0.70 (fp32 there: 0.77 against 0.58); and a two-pass kernel, one program per
-    row walking it in chunks twice so that the second read would come from L2 (chunks of 2048-8192, 4-16
-    warps, 2-3 stages, one program per row or 2-4 per SM looping over rows, L2 eviction hints or none):
-    at best bf16 0.73 (32768), 0.64, 0.62, 0.51 (65536, 131072, 2^20), fp32 0.75, 0.66, 0.62, 0.48 where
-    the committed kernel had 0.95, 0.76, 0.77, 0.74. torch.compile's softmax in the same runs: forward
-    0.41-0.47 (bf16) and 0.39-0.66 (fp32), backward 0.99 at 32768 columns (ours 0.96 fp32, 0.99 bf16),
-    0.57-0.61 wider (ours 0.71-0.80). A two-pass backward (sum(y * dy) over the row in chunks, then dx
-    from a second read; chunks of 1024-8192, 4-16 warps, 2-3 stages, one program per row or 4 per SM):
-    at best 0.80 (fp32) and 0.77 (bf16) at 32768 columns, 0.60 wider, and 0.60-0.62 with Inductor's L2
-    hints (evict_last on the first read, evict_first on the second), where the committed kernel had
-    0.95-0.99 and 0.59-0.81. Inductor's own backward at 32768 columns, which beats ours in fp32 (0.98-0.99
-    against 0.95-0.96), is that two-pass reduction with those hints and one large block: XBLOCK 1, R0_BLOCK
-    32768 (the whole row; 16384 in bf16), 32 warps, 1 stage.
+    """label -> keyword arguments of sm._forward / sm._backward: the defaults, and the grid they were chosen from
+    (rows tiles forward; the split and two-pass paths from 32768 columns). Also tried on the H200 and dropped, as
+    slower: eviction_policy="evict_first", persistent programs looping over tiles (num_stages 1 and 2), and a split
+    path that does not run a row ahead. Dropped later (H200, triton 3.6, fractions of copy): for bf16 rows of 32768
+    columns (0.79 with the rows path and 16 warps), a rows kernel that keeps x in bf16 and computes exp twice
+    (0.60-0.75 with 4-32 warps) and the split path (0.61-0.68, chunks of 2048-8192, 4-16 warps). Kept from the same
+    sweep: 4 warps up to 4096-element tiles (bf16 at 4096 columns 0.81 -> 0.97), the backward's rows path to 32768
+    columns with 8 warps (bf16 0.58 -> 0.99, fp32 0.80 -> 0.97), and a warp per KiB of chunk on the split backward
+    (bf16 at 65536 columns 0.57 -> 0.81). Measured next and not kept (H200, triton 3.6, fractions of a copy of
+    4165-4168 GB/s; the committed sizes first): bf16 rows of 32768 columns forward 0.79, with 32 warps 0.79, 8 warps
+    0.65, two rows per program 0.75, the split path with one program per row running a row ahead (chunk 32768, 16-32
+    warps) 0.09-0.27, two programs per row (chunk 16384, 8-16 warps) 0.50-0.54; bf16 at 65536 the split path 0.63, one
+    row per program with 32 warps 0.70 (fp32 there: 0.77 against 0.58); and a two-pass kernel, one program per row
+    walking it in chunks twice so that the second read would come from L2 (chunks of 2048-8192, 4-16 warps, 2-3
+    stages, one program per row or 2-4 per SM looping over rows, L2 eviction hints or none): at best bf16 0.73
+    (32768), 0.64, 0.62, 0.51 (65536, 131072, 2^20), fp32 0.75, 0.66, 0.62, 0.48 where the committed kernel had 0.95,
+    0.76, 0.77, 0.74. torch.compile's softmax in the same runs: forward 0.41-0.47 (bf16) and 0.39-0.66 (fp32),
+    backward 0.99 at 32768 columns (ours 0.96 fp32, 0.99 bf16), 0.57-0.61 wider (ours 0.71-0.80). A two-pass backward
+    (sum(y * dy) over the row in chunks, then dx from a second read; chunks of 1024-8192, 4-16 warps, 2-3 stages, one
+    program per row or 4 per SM): at best 0.80 (fp32) and 0.77 (bf16) at 32768 columns, 0.60 wider, and 0.60-0.62 with
+    Inductor's L2 hints (evict_last on the first read, evict_first on the second), where the committed kernel had
+    0.95-0.99 and 0.59-0.81. Inductor's own backward at 32768 columns, which beats ours in fp32 (0.98-0.99 against
+    0.95-0.96), is that two-pass reduction with those hints and one large block: XBLOCK 1, R0_BLOCK 32768 (the whole
+    row; 16384 in bf16), 32 warps, 1 stage.
 
     That led to the two-pass path (kept; the WIDE table in kernels/_softmax.py): a program walks a row, or a
     segment of it, twice in chunks of 8192-32768 with 16-32 warps, so that few programs are resident and
@@ -85,7 +83,17 @@ def candidates(n: int, direction: str) -> dict:
     +0.01 in our two-pass kernel, +0.06 in a minimal one. Unchanged or slower, not kept: bf16 forward at
     131072 with chunks of 16384 (0.66 against 0.73), at 262144 and 2^20 every size tried (0.50-0.62); bf16
     backward at 2^20 columns 0.71-0.72 in three repeats (segments of 16384), 0.60-0.67 with segments of
-    32768-131072, 0.62 on the split path."""
+    32768-131072, 0.62 on the split path.
+
+    Then the split and two-pass forwards drop their column masks where the chunks cover the rows (EVEN,
+    _covers). Measured on the H200 (triton 3.6, copy 4159-4170 GB/s, three processes) with a first form of
+    it whose code was lost before it landed, the same design (masks dropped on the same condition; the
+    split path's read-ahead past the last row reads the last row again): bf16 forward at 65536 / 131072 /
+    262144 / 2^20 columns 0.823-0.827 / 0.736-0.740 / 0.620-0.622 / 0.601-0.602 against 0.788-0.790 /
+    0.712-0.717 / 0.600-0.602 / 0.586-0.589 with the masks, fp32 at 65536 0.895-0.897 against 0.868. The
+    backward keeps its masks: the one-segment bf16 backward at 65536 columns ran slower without them (0.79
+    against 0.90), and its wider rows measured two speeds by process (0.77-0.81 or 0.50-0.58 at 131072 to
+    2^20, not understood) whichever form. The form committed here is still to be measured."""
     out = {"default": {}}
     width = triton.next_power_of_2(n)
     for tile in (1024, 2048, 4096, 8192, 16384, 32768) if direction == "forward" else ():

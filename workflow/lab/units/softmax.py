@@ -531,8 +531,9 @@ def figure_softmax_bug(t):
 writeup's kernel (one block per row, sized to the row) at every row width, forward and backward, every input
 of the same size. Bandwidth counts what the op
 must move at the least: read x and write y forward; read y and dy and write dx backward. Rows up to 32768
-columns (16384 for the 16-bit forward) fit one program (narrow rows share one); wider rows are read twice by one program each (the second
-read from L2) or cut over a group of programs that meet at a per-row barrier. The dashed line is the copy measured in the same run, the dotted one 0.9 of it.""")
+columns (16384 for the 16-bit forward) fit one program (narrow rows share one); wider rows are read twice
+by one program each (the second read from L2) or cut over a group of programs that meet at a per-row
+barrier. The dashed line is the copy measured in the same run, the dotted one 0.9 of it.""")
 def figure_softmax_widths(t):
     perf = t["softmax/performance"]
     copy = own_ceiling(perf, "copy_gbps", t["calibration/ceilings"])
