@@ -477,6 +477,13 @@ def _resident(kernel, device: int, num_warps: int, constexprs: tuple) -> int:
 _compiled: dict = {}
 
 
+@functools.lru_cache(maxsize=None)
+def _unused(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stand-ins for the partials and counters of a launch that reads neither (made once per device, not
+    per call)."""
+    return torch.empty(1, dtype=torch.float32, device=device), torch.empty(1, dtype=torch.int32, device=device)
+
+
 def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, cfg: Settings, part_width: int, **flags):
     """Launch a split kernel with ``arguments`` (its tensors and strides, by name) and constexpr ``flags``.
 
@@ -494,9 +501,9 @@ def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, cfg: Settin
     num_warps = cfg.num_warps
     device = next(iter(arguments.values())).device
     if cfg.segment and splits == 1:  # no partials to share and no counter to wait at: no scratch to fill
+        part, counter = _unused(device)
         kernel[(n_rows,)](**arguments, n_rows=n_rows, n_cols=n_cols, n_groups=n_rows, PHASE=0, **consts,
-                          part_ptr=torch.empty(1, dtype=torch.float32, device=device),
-                          counter_ptr=torch.empty(1, dtype=torch.int32, device=device), num_warps=num_warps)
+                          part_ptr=part, counter_ptr=counter, num_warps=num_warps)
         return
     arguments = dict(arguments, n_rows=n_rows, n_cols=n_cols,
                      part_ptr=torch.empty((n_rows, part_width * splits), dtype=torch.float32, device=device),
