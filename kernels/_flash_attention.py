@@ -229,7 +229,7 @@ def _flash_fwd_tma_kernel(
     # arrive as zeros, never from the next head) and the loop warp-specialized: a producer warp group
     # issues the copies, two consumer groups run the dots and the softmax. Triton (3.6-3.9) specializes
     # one loop per kernel and none with a branch inside, so the key loop is one loop, masked throughout
-    # unless no tile needs it (EVEN_K: not causal and seq_k a multiple of BLOCK_N). Measured on the H200
+    # unless no tile needs it (EVEN_K: seq_k a multiple of BLOCK_N, or PARTIAL, below). Measured on the H200
     # with triton 3.6 (workflow/scripts/tune_flash.py's docstring): right and faster at head_dim 128
     # without a causal mask; with one in the loop, the rows' mask comes out wrong, and so did a pair that
     # handed an fp32 state to this kernel through pointer loads around the loop. So a causal call runs
@@ -641,7 +641,7 @@ class _Forward:
         consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal, STORE_LSE=store_lse)
         tma = _tma_ready(q, k, v, o)
 
-        def prepared(tile: Tile) -> tuple[Prepared | None, Prepared]:
+        def prepared(tile: Tile) -> tuple[Prepared | None, Prepared | None]:
             """(the TMA kernel's launch or None, the pointer kernel's launch or None): causal on a '/ws'
             tile runs both, the TMA kernel over the tiles no row's mask cuts, then the pointer kernel
             (the '/ws' tile's BLOCK_M, DIAGONAL_FWD's other sizes) over the rest."""
@@ -669,7 +669,7 @@ class _Forward:
             launch(q, k, v, o, lse, lse)  # part_ptr: never read
             return
         _ensure_allocator()
-        lse4 = q.new_empty((*self.shape[:3], 4), dtype=torch.float32) if self.store_lse or launch else o
+        lse4 = q.new_empty((*self.shape[:3], 4), dtype=torch.float32) if self.store_lse or launch is not None else o
         ws(q, k, v, o, lse4)
         if launch is not None:  # causal: the tiles at the diagonal, from the partial output in o and lse4
             launch(q, k, v, o, lse, lse4)
