@@ -7,7 +7,7 @@
 # be fooled: a restored old table whose checksum matches them), so the fingerprint every table stores is
 # compared here as well: a table whose fingerprint no longer matches gets one more input, a marker named
 # after the fingerprint it must have and the file it replaces, newer than the table: the plan makes it
-# (under .snakemake/lab/stale/, never under results/), and that is the only file planning writes.
+# (under .snakemake/lab/stale/, never under results/), and markers are the only files planning writes.
 # The workflow and its jobs import `kernels` and `lab` as installed (`pip install -e .`: this checkout).
 import json
 import os
