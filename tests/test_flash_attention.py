@@ -237,7 +237,6 @@ def test_the_causal_split_passes_on_keys_of_minus_inf(first, causal_ws):
     torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=0)
 
 
-
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")
 @pytest.mark.parametrize("sq, sk, keys", [(130, 70, "finite"), (33, 64, "-inf"), (100, 100, "finite")])
 def test_the_causal_split_stores_the_pointer_kernels_log_sum_exp(sq, sk, keys, causal_ws):
