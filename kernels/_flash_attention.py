@@ -170,17 +170,16 @@ def _flash_fwd_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_DIM
     row_mask = offs_m < seq_q
+    tile_mask = row_mask[:, None] & d_mask[None, :]  # of a (BLOCK_M, BLOCK_D) tile: q's, o's
 
     q_ptrs = q_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
     k_ptrs = k_ptr + b * stride_kb + h * stride_kh + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
     v_ptrs = v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
-    q = tl.load(q_ptrs, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
+    o_ptrs = o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
+    q = tl.load(q_ptrs, mask=tile_mask, other=0.0)
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-
-    # Key tiles [0, full_hi) need no mask at all; [full_hi, hi) straddle the causal diagonal or seq_k.
+    # Key tiles [0, full_hi) need no mask at all (WS_N: the TMA kernel ran them); [full_hi, hi) straddle the
+    # causal diagonal or seq_k.
     causal_offset = seq_k - seq_q
     if CAUSAL:
         hi = tl.maximum(tl.minimum(seq_k, start_m + BLOCK_M + causal_offset), 0)
@@ -188,14 +187,16 @@ def _flash_fwd_kernel(
     else:
         hi = seq_k
         full_hi = seq_k
-    o_ptrs = o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
     if WS_N > 0:  # a softmax over those keys alone: max lse, sum 1 (0 where the row saw none of them)
         full_hi = (full_hi // WS_N) * WS_N
-        acc = tl.load(o_ptrs, mask=row_mask[:, None] & d_mask[None, :], other=0.0).to(tl.float32)
+        acc = tl.load(o_ptrs, mask=tile_mask, other=0.0).to(tl.float32)
         m_i = tl.load(part_ptr + (bh.to(tl.int64) * seq_q + offs_m) * 4, mask=row_mask, other=float("-inf"))
         l_i = tl.where(m_i == float("-inf"), 0.0, 1.0)
     else:
         full_hi = (full_hi // BLOCK_N) * BLOCK_N
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, 0, full_hi,
                                    offs_m, offs_n, d_mask, seq_k, causal_offset, qk_scale,
                                    False, CAUSAL, EVEN_D, BLOCK_N)
@@ -210,7 +211,7 @@ def _flash_fwd_kernel(
     if STORE_LSE:
         lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
         tl.store(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, lse, mask=row_mask)
-    tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
+    tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=tile_mask)
 
 
 @_jit
