@@ -5,7 +5,8 @@
 Calls run back to back between two CUDA events on problems too small to keep the GPU busy, so the time
 per call is the host's. SDPA is timed three ways: as a model calls it (no backend forced), inside
 ``sdpa_kernel(backend)`` entered once around all the calls, and with ``sdpa_kernel`` entered on every
-call as the pipeline's launch-floor row does (which adds the context manager's own cost to SDPA).
+call as the pipeline's launch-floor row does (which adds the context manager's own cost to SDPA). The
+calls being compared take turns (lab.units.flash_attention.per_call_ms).
 """
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from kernels import flash_attention
-from lab.units.flash_attention import _per_call_ms
 from lab.measure import sdpa_backend_of
+from lab.units.flash_attention import per_call_ms
 
 
 def main() -> None:
@@ -28,14 +29,15 @@ def main() -> None:
                 return sdpa()
 
         with torch.no_grad():
-            rows = {"flash_attention": _per_call_ms(lambda: flash_attention(q, k, v)),
-                    f"sdpa, no backend forced ({sdpa_backend_of(sdpa)})": _per_call_ms(sdpa),
-                    "sdpa_kernel(FLASH) per call": _per_call_ms(flash_each_call)}
+            rows = per_call_ms({"flash_attention": lambda: flash_attention(q, k, v),
+                                f"sdpa, no backend forced ({sdpa_backend_of(sdpa)})": sdpa,
+                                "sdpa_kernel(FLASH) per call": flash_each_call})
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                rows["sdpa_kernel(FLASH) entered once"] = _per_call_ms(sdpa)
+                rows.update(per_call_ms({"sdpa_kernel(FLASH) entered once": sdpa}))
         grads = [t.clone().requires_grad_() for t in (q, k, v)]
-        rows["flash_attention fwd+bwd"] = _per_call_ms(lambda: flash_attention(*grads).backward(q))
-        rows["sdpa fwd+bwd, no backend forced"] = _per_call_ms(lambda: F.scaled_dot_product_attention(*grads).backward(q))
+        rows.update(per_call_ms({"flash_attention fwd+bwd": lambda: flash_attention(*grads).backward(q),
+                                 "sdpa fwd+bwd, no backend forced":
+                                     lambda: F.scaled_dot_product_attention(*grads).backward(q)}))
         for name, quantiles in rows.items():
             print(f"B={b} H={h} S={s} D=64 bf16  {name:45s} median {quantiles[0.5] * 1e3:6.1f} us per call")
 

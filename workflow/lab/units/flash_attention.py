@@ -4,6 +4,7 @@ against SDPA's backends."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import tempfile
 from typing import TYPE_CHECKING
@@ -18,8 +19,8 @@ from ..claims import NEEDS_GPU, NOT_REPRODUCED, REPRODUCED, bools
 from ..providers import FLASH
 from ..report import md_table
 from ..summary import median, ok
-from ..measure import (BF16_IN_INTERPRETER, QUANTILES, bench, is_gpu, lengths, probe_rows, randn, runnable, sdpa_backend_of,
-                       timing_rows, wall_seconds)
+from ..measure import (BF16_IN_INTERPRETER, QUANTILES, bench, is_gpu, lengths, probe_rows, randn, runnable,
+                       sdpa_backend_of, timing_rows, wall_seconds)
 from ..table import needs_gpu, row
 from ..verify import attention_eps, flash_errors, max_abs_diff, within_fa_rule
 from . import claim, experiment, figure, section
@@ -337,7 +338,8 @@ def _tuning_rows(timings: dict) -> list[dict]:
 def _launch_floor(s: dict) -> list[dict]:
     """Time per call on a problem too small to keep the GPU busy: the per-call host cost (argument
     checks, autograd, tile lookup, launch) that bounds short sequences. Calls run back to back, with no
-    cache flush between them (a flush would hide the host's time behind the GPU's)."""
+    cache flush between them (a flush would hide the host's time behind the GPU's), the providers taking
+    turns (per_call_ms)."""
     from kernels import flash_attention
 
     q, k, v = _qkv(1, 1, 16, 16, 64, s["dtype"], s["seed"])
@@ -345,29 +347,46 @@ def _launch_floor(s: dict) -> list[dict]:
     providers.update({name: (lambda be=be: _sdpa(q, k, v, be)) for name, be in SDPA_BACKENDS.items()})
     rows = []
     with torch.no_grad():
-        for provider, fn in providers.items():
-            which = {"sdpa_backend": sdpa_backend_of(fn)} if provider.startswith("sdpa") else {}
-            for quantile, ms in _per_call_ms(fn).items():
+        which = {p: {"sdpa_backend": sdpa_backend_of(fn)} for p, fn in providers.items() if p.startswith("sdpa")}
+        for provider, quantiles in per_call_ms(providers).items():
+            for quantile, ms in quantiles.items():
                 rows.append(row("time_ms", ms, "ms", variant="launch_floor", provider=provider, quantile=quantile,
-                                batch=1, heads=1, seq=16, d=64, dtype=s["dtype"], **which))
+                                batch=1, heads=1, seq=16, d=64, dtype=s["dtype"], **which.get(provider, {})))
     return rows
 
 
-def _per_call_ms(fn, calls: int = 200, repeats: int = 25) -> dict[float, float]:
-    """Milliseconds per call of ``calls`` back-to-back calls between two CUDA events, at each of QUANTILES
-    over ``repeats`` such runs."""
-    for _ in range(calls):
-        fn()
-    runs = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+def per_call_ms(fns: dict, calls: int = 200, repeats: int = 25) -> dict[str, dict[float, float]]:
+    """Milliseconds per call of each of ``fns`` (name -> fn) called ``calls`` times back to back between
+    two CUDA events, at each of QUANTILES over ``repeats`` such runs: the host's cost per call where one
+    call's GPU work is shorter than it. The functions take turns, one run each per round (the order
+    rotating), so that a slow stretch of the host's (another process, a clock change) falls on all of them
+    alike; Python's garbage collector is off while they run, as timeit has it (a collection pass over a
+    large heap would land on whichever call set it off)."""
+    names = list(fns)
+    runs: dict[str, list[float]] = {name: [] for name in names}
+    for fn in fns.values():  # warm-up: a first call may compile or tune
         for _ in range(calls):
             fn()
-        end.record()
-        torch.cuda.synchronize()
-        runs.append(start.elapsed_time(end) / calls)
-    return dict(zip(QUANTILES, torch.tensor(runs).quantile(torch.tensor(QUANTILES, dtype=torch.float32)).tolist()))
+    torch.cuda.synchronize()
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(repeats):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                fn = fns[name]
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(calls):
+                    fn()
+                end.record()
+                torch.cuda.synchronize()
+                runs[name].append(start.elapsed_time(end) / calls)
+    finally:
+        if collecting:
+            gc.enable()
+    q = torch.tensor(QUANTILES, dtype=torch.float64)
+    return {name: dict(zip(QUANTILES, torch.tensor(ms, dtype=torch.float64).quantile(q).tolist()))
+            for name, ms in runs.items()}
 
 
 def _first_call(s: dict) -> list[dict]:
