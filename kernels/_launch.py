@@ -125,8 +125,43 @@ class Prepared:
         found = self.direct._launch(self.programs, tensors, self.numbers, self.consts)
         if found is not None:
             (compiled, constexprs), self._device = found
-            self._runner = compiled[(self.programs, 1, 1)]  # Triton's launcher for this grid, made once
+            self._runner = _runner(compiled, self.programs)  # made once
             self._arguments = (*self.numbers, *constexprs)
+
+
+def _runner(compiled, programs: int):
+    """``runner(*arguments, stream=...)`` for one grid of a compiled kernel: Triton's own
+    (``compiled[grid]``), or, for a kernel that needs no scratch memory, a call of its compiled launcher
+    (C) itself, which skips what Triton's runner does in Python at every call (two scratch allocators
+    asked for nothing, launch metadata built for the launch hooks, the hook chains called through C);
+    while any launch hook is registered (a profiler's), Triton's runner, so that the hook sees the
+    launch. Written against triton 3.6's CompiledKernel and CudaLauncher (TESTED); anything it does not
+    find takes Triton's runner."""
+    grid = compiled[(programs, 1, 1)]
+    launcher, hooks = getattr(compiled, "run", None), _hook_chains()
+    fields = ("launch", "launch_cooperative_grid", "launch_pdl", "global_scratch_size", "profile_scratch_size")
+    if hooks is None or not all(hasattr(launcher, f) for f in fields) or launcher.global_scratch_size \
+            or launcher.profile_scratch_size:
+        return grid
+    launch, function, metadata = launcher.launch, compiled.function, compiled.packed_metadata
+    cooperative, pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
+    enter, leave = hooks
+
+    def run(*arguments, stream):
+        if enter.calls or leave.calls:
+            grid(*arguments, stream=stream)
+        else:  # the argument order of triton 3.6's generated launcher
+            launch(programs, 1, 1, stream, function, cooperative, pdl, None, None, metadata, None, None, None,
+                   *arguments)
+    return run
+
+
+def _hook_chains():
+    """(launch enter hooks, launch exit hooks) as lists-holding chains (triton 3.6's knobs.HookChain), or
+    None for a Triton that keeps them otherwise."""
+    runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
+    chains = (getattr(runtime, "launch_enter_hook", None), getattr(runtime, "launch_exit_hook", None))
+    return chains if all(isinstance(getattr(c, "calls", None), list) for c in chains) else None
 
 
 def _aligned(tensors) -> bool:

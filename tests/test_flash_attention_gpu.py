@@ -140,6 +140,27 @@ def test_direct_launch_gives_what_triton_launch_gives():
     assert cached() == entries
 
 
+def test_a_launch_hook_sees_every_launch_and_the_results_stay_the_same():
+    """A repeated call skips Triton's runner (kernels._launch._runner) only while no launch hook is
+    registered: a profiler's hook (Proton's) sees every kernel of every call."""
+    from triton import knobs
+
+    q, k, v = qkv(s=333)
+    do = torch.randn_like(q)
+    first = grads(lambda *t: flash_attention(*t, causal=True), q, k, v, do)
+    seen = []
+    hook = seen.append
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        second = grads(lambda *t: flash_attention(*t, causal=True), q, k, v, do)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert len(seen) >= 4  # forward, delta, dk/dv, dq
+    third = grads(lambda *t: flash_attention(*t, causal=True), q, k, v, do)
+    for a, b, c in zip(first, second, third):
+        assert torch.equal(a, b) and torch.equal(a, c)
+
+
 def _ws_tiles():
     return [str(fa.Tile(*t)) for t in fa.CANDIDATES["fwd"] if t[4:]]
 

@@ -160,3 +160,37 @@ def test_a_prepared_launch_makes_its_grids_launcher_once_and_reuses_it(direct, m
     monkeypatch.setattr(_launch, "_device", lambda: 1)
     prepared(x)  # another current device: Triton (its compiled kernel is per device)
     assert [e[0] for e in direct.log[3:]] == ["jit", "jit", "jit"]
+
+
+class FakeLauncher:
+    """Stands in for triton 3.6's CudaLauncher: its compiled launch function records its arguments."""
+    launch_cooperative_grid, launch_pdl, profile_scratch_size = False, True, 0
+
+    def __init__(self, log, scratch):
+        self.global_scratch_size = scratch
+        self.launch = lambda *args: log.append(("launcher", args))
+
+
+@pytest.mark.parametrize("scratch", [0, 128])
+def test_a_prepared_launch_calls_the_compiled_launcher_itself_unless_a_hook_or_scratch_needs_triton(
+        direct, monkeypatch, scratch):
+    monkeypatch.setattr(FakeCompiled, "run", property(lambda self: FakeLauncher(self.log, scratch)), raising=False)
+    monkeypatch.setattr(FakeCompiled, "function", 77, raising=False)
+    monkeypatch.setattr(FakeCompiled, "packed_metadata", (4, 1, 0), raising=False)
+    prepared = _launch.DirectLaunch(direct).prepare(4, (64,), dict(EVEN=True, BLOCK=16, num_warps=4))
+    x = torch.zeros(64)
+    prepared(x)
+    prepared(x)
+    if scratch:  # Triton's runner allocates the scratch memory
+        assert direct.log[1] == ("direct", (4, 1, 1), (x, 64, 16, True), 1234)
+        return
+    assert direct.log[1] == ("launcher", (4, 1, 1, 1234, 77, False, True, None, None, (4, 1, 0), None, None, None,
+                                          x, 64, 16, True))
+    hook = lambda metadata: None  # noqa: E731
+    _launch.triton.knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        prepared(x)  # a profiler's hook registered: through Triton's runner, which calls it
+    finally:
+        _launch.triton.knobs.runtime.launch_enter_hook.remove(hook)
+    prepared(x)
+    assert [e[0] for e in direct.log[2:]] == ["direct", "launcher"]
