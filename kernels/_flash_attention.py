@@ -56,6 +56,11 @@ CANDIDATES = {
 # A causal forward on a '/ws' tile runs the TMA kernel over the key tiles no row's mask cuts, then the
 # pointer kernel over those it cuts, with these (BLOCK_N, warps, stages) and the '/ws' tile's BLOCK_M.
 DIAGONAL_FWD = (64, 8, 2)
+# Experimental, off until the H200 has checked it: the '/ws' kernels under a causal mask, the forward in one
+# launch (no split) and the two-pass backward's dK/dV kernel. Both came out wrong on triton 3.6 until their
+# masks counted rows (keys) from the tile's start (see _flash_fwd_tma_kernel); compiled, their masks now
+# read the right rows in both consumer groups, but no GPU has run them in this form.
+WS_CAUSAL = False
 SHARED_BUDGET = 180 * 1024  # of Hopper's 227 KiB per block, leaving room for what the estimate omits
 WS_BUDGET = 220 * 1024  # the '/ws' kernels' estimates are close to what they allocate
 ONE_PASS_TMA_BUDGET = 200 * 1024  # the TMA backward allocates up to ~9% more than its estimate (214040 B at 64x128/s3)
@@ -246,7 +251,11 @@ def _flash_fwd_tma_kernel(
     k_desc = _head_rows(k_ptr, b, h, stride_kb, stride_kh, stride_kn, seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)
     v_desc = _head_rows(v_ptr, b, h, stride_vb, stride_vh, stride_vn, seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)
     o_desc = _head_rows(o_ptr, b, h, stride_ob, stride_oh, stride_om, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
-    offs_m = start_m + tl.arange(0, BLOCK_M)
+    # Rows counted from start_m, start_m kept out of the range: triton 3.6 splits the rows between the two
+    # consumer groups and, for the second, both shifts start_m + tl.arange(0, BLOCK_M)'s start_m by half a
+    # tile and slices the range to its second half (TTGIR: the shift counted twice), so a mask built on
+    # that sum missed by BLOCK_M / 2 rows there. A scalar added to the mask's other side is not shifted.
+    rows = tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     q = q_desc.load([start_m, 0])
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -265,8 +274,8 @@ def _flash_fwd_tma_kernel(
         if MASK:
             cols = start_n + offs_n
             keep = cols[None, :] < seq_k
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= offs_m[:, None] + causal_offset)
+            if CAUSAL:  # row start_m + i sees key j iff j <= i + (start_m + causal_offset)
+                keep = keep & (cols[None, :] <= rows[:, None] + (start_m + causal_offset))
             qk = tl.where(keep, qk * qk_scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(qk, 1))
             m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet
@@ -448,7 +457,9 @@ def _flash_bwd_tma_kernel(
     row_base = bh.to(tl.int64) * seq_q
     dq_desc = tl.make_tensor_descriptor(dq_acc_ptr + row_base * BLOCK_D, shape=[seq_q, BLOCK_D],
                                         strides=[BLOCK_D, 1], block_shape=[BLOCK_M, BLOCK_D])
-    offs_n = start_n + tl.arange(0, BLOCK_N)
+    # Keys counted from start_n, as the forward counts its rows from start_m (_flash_fwd_tma_kernel): the
+    # warp-specialized loop splits the keys between the consumer groups
+    keys = tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     k = k_desc.load([start_n, 0])  # keys past seq_k arrive as 0: they add 0 to dQ, and dK/dV clip them
     v = v_desc.load([start_n, 0])
@@ -470,8 +481,8 @@ def _flash_bwd_tma_kernel(
             lse = tl.load(lse_ptr + row_base + rows)
             delta = tl.load(delta_ptr + row_base + rows)
         p_t = tl.math.exp2(tl.dot(k, q.T) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
-        if CAUSAL:
-            p_t = tl.where(offs_n[:, None] <= rows[None, :] + causal_offset, p_t, 0.0)
+        if CAUSAL:  # key start_n + j sees query i iff j <= i + (causal_offset - start_n)
+            p_t = tl.where(keys[:, None] <= rows[None, :] + (causal_offset - start_n), p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv)
         ds_t = p_t * (tl.dot(v, do.T) - delta[None, :])
         dk = tl.dot(ds_t.to(q.dtype), q, dk)
@@ -567,7 +578,8 @@ def _candidates(kind: str, block_d: int, dtype: torch.dtype, tma: bool) -> list[
 
 
 def _tile(kind: str, q, seq_q: int, seq_k: int, block_d: int, causal: bool, run, tma: bool = False) -> Tile:
-    key = (kind, q.dtype, block_d, causal, bucket(seq_q), bucket(seq_k)) + (("tma",) if tma else ())
+    key = (kind, q.dtype, block_d, causal, bucket(seq_q), bucket(seq_k)) + (("tma",) if tma else ()) \
+        + (("ws_causal",) if tma and causal and WS_CAUSAL else ())  # its '/ws' tiles run other kernels
     tile = _last[kind] = _flash_tiles.choose(key, _candidates(kind, block_d, q.dtype, tma), run)
     return tile
 
@@ -648,11 +660,12 @@ class _Forward:
             (the '/ws' tile's BLOCK_M, DIAGONAL_FWD's other sizes) over the rest."""
             programs = _cdiv(seq_q, tile.block_m) * batch * heads
             if tile.ws and tma:
+                split = causal and not WS_CAUSAL
                 ws = _prepare(_flash_fwd_tma_kernel, programs, numbers,
-                              {**consts, "EVEN_K": causal or seq_k % tile.block_n == 0, "PARTIAL": causal}, tile)
+                              {**consts, "EVEN_K": split or seq_k % tile.block_n == 0, "PARTIAL": split}, tile)
                 diagonal = Tile(tile.block_m, *DIAGONAL_FWD)
                 return ws, _prepare(_flash_fwd_kernel, programs, numbers, {**consts, "WS_N": tile.block_n},
-                                    diagonal) if causal else None
+                                    diagonal) if split else None
             # a pinned '/ws' tile where the TMA kernel cannot run runs its sizes in the pointer kernel
             return None, _prepare(_flash_fwd_kernel, programs, numbers, {**consts, "WS_N": 0}, tile)
 
@@ -698,11 +711,11 @@ class _Backward:
         numbers = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), heads, seq_q, seq_k, sm_scale, sm_scale * LOG2E)
         consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal)
 
-        # on Hopper, for inputs TMA can address: the one-pass backward's kernel, and, without a causal mask,
-        # the two-pass backward's warp-specialized dK/dV kernel for '/ws' tiles (a '/ws' tile elsewhere runs
-        # its sizes in the pointer kernel)
+        # on Hopper, for inputs TMA can address: the one-pass backward's kernel, and, without a causal mask
+        # (or with WS_CAUSAL), the two-pass backward's warp-specialized dK/dV kernel for '/ws' tiles (a '/ws'
+        # tile elsewhere runs its sizes in the pointer kernel)
         self.tma = _tma_ready(q, k, v, do)
-        ws = self.tma and not causal
+        ws = self.tma and (not causal or WS_CAUSAL)
 
         def dkdv(tile: Tile, add_dq: bool) -> Prepared:
             programs = _cdiv(seq_k, tile.block_n) * batch * heads

@@ -257,3 +257,40 @@ def test_the_causal_split_stores_the_pointer_kernels_log_sum_exp(sq, sk, keys, c
     assert lse[..., :no_key].eq(float("inf")).all() and lse[..., no_key:].isfinite().all()
     torch.testing.assert_close(lse, lse_alone, atol=1e-5, rtol=0)
     torch.testing.assert_close(o, o_alone, atol=2e-3, rtol=0)
+
+
+@pytest.fixture
+def ws_causal(monkeypatch):
+    """WS_CAUSAL (experimental) as on Hopper for '/ws' tiles, in the interpreter: the causal forward in one
+    launch of the TMA kernel (no split), the two-pass backward's dK/dV by the TMA kernel, both masks counting
+    rows (keys) from the tile's start. Yields the kernels launched, with constexprs."""
+    import triton
+
+    from kernels import _flash_attention as fa
+
+    monkeypatch.setattr(fa, "WS_CAUSAL", True)
+    monkeypatch.setattr(fa, "_tma_ready", lambda *tensors: True)
+    monkeypatch.setattr(fa, "_ensure_allocator", lambda: triton.set_allocator(
+        lambda size, alignment, stream: torch.empty(size, dtype=torch.int8)))
+    used = []
+    real = fa._prepare
+    monkeypatch.setattr(fa, "_prepare", lambda kernel, *a, **kw: used.append((kernel, a[2])) or real(kernel, *a, **kw))
+    previous = fa._allocator.get()
+    fa.pin(fwd="32x32/w4/s1/ws", bwd_dkdv="32x32/w4/s1/ws")
+    try:
+        yield used
+    finally:
+        fa.pin()
+        triton.set_allocator(previous)
+    kernels = [(kernel, consts.get("CAUSAL"), consts.get("PARTIAL", consts.get("WS"))) for kernel, consts in used]
+    assert (fa._flash_fwd_tma_kernel, True, False) in kernels  # one launch, masked throughout
+    assert (fa._flash_bwd_tma_kernel, True, True) in kernels
+    assert not any(kernel is fa._flash_fwd_kernel for kernel, _ in used)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
+@pytest.mark.parametrize("sq, sk, d", [(100, 100, 64), (70, 130, 40), (130, 70, 64), (33, 1, 16), (1, 97, 16)])
+def test_the_tma_kernels_under_a_causal_mask_meet_the_rule(sq, sk, d, ws_causal):
+    """Forward, log-sum-exp and gradients with WS_CAUSAL: rows with no key, tiles the diagonal cuts at
+    every offset from their start, one query row, one key."""
+    check(*qkv(1, 2, sq, sk, d, torch.float16), True, torch.float16)

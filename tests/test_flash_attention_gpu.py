@@ -290,6 +290,33 @@ def test_every_warp_specialized_dkdv_tile_is_right_and_never_runs_causal(tile, d
 
 
 @needs_hopper
+@pytest.mark.parametrize("fwd", _ws_tiles())
+@pytest.mark.parametrize("dkdv", [str(fa.Tile(*t)) for t in fa.CANDIDATES["bwd_dkdv"] if t[4:]])
+@pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (128, torch.float16), (80, torch.bfloat16)])
+def test_with_ws_causal_the_tma_kernels_run_under_the_mask_and_are_right(fwd, dkdv, d, dtype, monkeypatch):
+    """WS_CAUSAL (experimental): a causal call runs the '/ws' forward in one launch and the '/ws' dK/dV
+    kernel, and both must give the reference (forward, and the gradients through the log-sum-exp the
+    forward stored) at lengths whose diagonal cuts tiles at every offset, unequal both ways, strided."""
+    monkeypatch.setattr(fa, "WS_CAUSAL", True)
+    prepared = []
+    real = fa._prepare
+    monkeypatch.setattr(fa, "_prepare", lambda kernel, *a, **kw: prepared.append((kernel, *a)) or real(kernel, *a, **kw))
+    fa.pin(fwd=fwd, bwd_dkdv=dkdv)
+    try:
+        for sq, sk, strided in LENGTHS + ((300, 1100, False), (1100, 300, True), (4096, 4096, False)):
+            q, k, v = odd_qkv(sq, sk, d, dtype, strided)
+            do = torch.randn_like(q)
+            prepared.clear()
+            got = grads(lambda *t: flash_attention(*t, causal=True), q, k, v, do)
+            consts = [(p[0], p[3]) for p in prepared]
+            assert any(kernel is fa._flash_fwd_tma_kernel and not c["PARTIAL"] for kernel, c in consts)
+            assert any(kernel is fa._flash_bwd_tma_kernel and c["WS"] and c["CAUSAL"] for kernel, c in consts)
+            assert_reference_gradients(q, k, v, do, True, got, f"{fwd} {dkdv} {sq} {sk} {d} {dtype}")
+    finally:
+        fa.pin()
+
+
+@needs_hopper
 def test_a_later_call_on_a_misaligned_base_does_not_take_the_tma_backward(monkeypatch):
     """The backward's plan is kept per strides; a call with the same strides but a base off by 8 bytes
     cannot be addressed by TMA and must run (and be right) in the pointer kernels."""

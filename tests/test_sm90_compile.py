@@ -66,15 +66,17 @@ def test_writeup_attention_needs_more_shared_memory_as_n_k_grows():
     assert large >= 3 * small  # K and the score tile grow linearly with n_k
 
 
-@pytest.mark.parametrize("store_lse, even_k, causal", [(True, False, False), (False, True, False), (False, True, True)])
-def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store_lse, even_k, causal):
+@pytest.mark.parametrize("store_lse, even_k, causal, split", [(True, False, False, False), (False, True, False, False),
+                                                            (False, True, True, True), (True, True, True, False)])
+def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store_lse, even_k, causal, split):
     """Every '/ws' candidate at head_dim 128 (where they are offered), with and without the log-sum-exp
-    and the tail mask; causal, the TMA kernel's part (PARTIAL) and the pointer kernel's at the diagonal."""
+    and the tail mask; causal, the TMA kernel's part (PARTIAL) and the pointer kernel's at the diagonal,
+    or (WS_CAUSAL) the TMA kernel alone, masked throughout."""
     tiles = [t for t in fa.candidates("fwd", 128, 2, interpreter=False, tma=True) if t.ws]
     consts = dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=causal, STORE_LSE=store_lse)
     assert_each_fits("_flash_fwd_tma_kernel", arg_types("_flash_fwd_tma_kernel", 5, "bf16"), tiles,
-                     dict(consts, EVEN_K=even_k, PARTIAL=causal))
-    if causal:
+                     dict(consts, EVEN_K=even_k, PARTIAL=split))
+    if split:
         diagonal = [fa.Tile(t.block_m, *fa.DIAGONAL_FWD) for t in tiles]
         assert_each_fits("_flash_fwd_kernel", arg_types("_flash_fwd_kernel", 6, "bf16"), diagonal,
                          dict(consts, WS_N=tiles[0].block_n))
@@ -89,12 +91,13 @@ def test_every_tile_of_the_tma_one_pass_backward_fits(dtype, head_dim):
                      dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False, ADD_DQ=True, WS=False))
 
 
-def test_the_warp_specialized_dkdv_tiles_compile_within_hopper_shared_memory():
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_warp_specialized_dkdv_tiles_compile_within_hopper_shared_memory(causal):
     """Every '/ws' dK/dV candidate at head_dim 128: the TMA kernel without the dQ reduce-add, its query
-    loop warp-specialized (only without a causal mask, where it was right)."""
+    loop warp-specialized (under a causal mask only with WS_CAUSAL)."""
     tiles = [t for t in fa.candidates("bwd_dkdv", 128, 2, interpreter=False, tma=True) if t.ws]
     assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, "bf16"), tiles,
-                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, EVEN_Q=False, ADD_DQ=False, WS=True))
+                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=causal, EVEN_Q=False, ADD_DQ=False, WS=True))
 
 
 def test_the_wide_softmax_forwards_compile_with_and_without_masks():

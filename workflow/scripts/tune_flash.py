@@ -103,6 +103,17 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   failed to compile on 3.6; handing them over in dK's and dV's own dtype fits (164312 B, as without the
   split) but doubled dK's error in the interpreter (max against fp64 0.00077 -> 0.00181 at 300 x 300,
   head_dim 64, fp16). Not run on the GPU. Code: 185443d (fp32 hand-over).
+- seventh round, the cause (found without a GPU, in the TTGIR that triton 3.6 makes for sm_90): the
+  warp-specialized loop splits the rows of the tile (the forward's queries, the dK/dV kernel's keys)
+  between its two consumer groups, and for the second group it both replaces the tile's start by
+  start + BLOCK/2 (right for the descriptors' coordinates) and slices tl.arange(0, BLOCK) to
+  [BLOCK/2, BLOCK): start + tl.arange(0, BLOCK) comes out BLOCK/2 too far there, so every mask or
+  pointer built on it (the causal mask, a plain store of the log-sum-exp, the split's pointer loads)
+  missed by half a tile in one group, which is what rounds one to five measured. Counting rows from the
+  tile's start, with the start added to the other side of the comparison as a scalar, the second group
+  reads [BLOCK/2, BLOCK) against the unshifted start (the TTGIR of both kernels, causal, shows it).
+  Behind WS_CAUSAL (off): the causal forward in one '/ws' launch and the causal '/ws' dK/dV kernel. To
+  run on the H200: tests/test_flash_attention_gpu.py's WS_CAUSAL test, then this sweep with it on.
 """
 from __future__ import annotations
 
