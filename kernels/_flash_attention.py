@@ -326,11 +326,13 @@ def _bwd_delta_kernel(o_ptr, do_ptr, delta_ptr,
 
 @triton.jit
 def _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr, row_base,
-                lo, hi, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
+                lo, hi, offs_m, offs_n, offs_d, d_mask, seq_q, seq_k, causal_offset, qk_scale,
                 CAUSAL: tl.constexpr, ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
                 ADD_DQ: tl.constexpr):
     """Query tiles [lo, hi) past one program's keys. CAUSAL: the tiles a causal mask cuts (it is applied);
-    ROWS: tiles that may pass seq_q (their rows are masked). Elsewhere neither test runs."""
+    ROWS: tiles that may pass seq_q (their rows are masked). Elsewhere neither test runs. Rows past seq_q
+    and keys past seq_k arrive as zeros, whose scores against a -inf in the input are NaN: P is zeroed
+    there, where such a NaN would reach dK/dV (rows) or dQ (keys, ADD_DQ)."""
     for start_m in tl.range(lo, hi, BLOCK_M):
         rows = start_m + offs_m
         if ROWS:
@@ -347,6 +349,10 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, d
         p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
         if CAUSAL:
             p_t = tl.where(offs_n[:, None] <= rows[None, :] + causal_offset, p_t, 0.0)
+        if ROWS:
+            p_t = tl.where(row_mask[None, :], p_t, 0.0)
+        if ADD_DQ:
+            p_t = tl.where(offs_n[:, None] < seq_k, p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv)
         dp_t = tl.dot(v, tl.trans(do))
         ds_t = p_t * (dp_t - delta[None, :])
@@ -407,14 +413,14 @@ def _flash_bwd_dkdv_kernel(
         mid = tl.minimum(tl.maximum(tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M,
                                     lo), seq_q)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
-                             row_base, lo, mid, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
+                             row_base, lo, mid, offs_m, offs_n, offs_d, d_mask, seq_q, seq_k, causal_offset, qk_scale,
                              True, True, BLOCK_M, BLOCK_D, ADD_DQ)
     whole = tl.maximum(mid, (seq_q // BLOCK_M) * BLOCK_M)
     dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
-                         row_base, mid, whole, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
+                         row_base, mid, whole, offs_m, offs_n, offs_d, d_mask, seq_q, seq_k, causal_offset, qk_scale,
                          False, False, BLOCK_M, BLOCK_D, ADD_DQ)
     dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
-                         row_base, whole, seq_q, offs_m, offs_n, offs_d, d_mask, seq_q, causal_offset, qk_scale,
+                         row_base, whole, seq_q, offs_m, offs_n, offs_d, d_mask, seq_q, seq_k, causal_offset, qk_scale,
                          False, True, BLOCK_M, BLOCK_D, ADD_DQ)
     dk = dk * sm_scale
 
@@ -461,7 +467,7 @@ def _flash_bwd_tma_kernel(
     # warp-specialized loop splits the keys between the consumer groups
     keys = tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
-    k = k_desc.load([start_n, 0])  # keys past seq_k arrive as 0: they add 0 to dQ, and dK/dV clip them
+    k = k_desc.load([start_n, 0])  # keys past seq_k arrive as 0 (P is zeroed there for dQ; dK/dV clip them)
     v = v_desc.load([start_n, 0])
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
@@ -483,6 +489,10 @@ def _flash_bwd_tma_kernel(
         p_t = tl.math.exp2(tl.dot(k, q.T) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
         if CAUSAL:  # key start_n + j sees query i iff j <= i + (causal_offset - start_n)
             p_t = tl.where(keys[:, None] <= rows[None, :] + (causal_offset - start_n), p_t, 0.0)
+        if MASK:  # rows past seq_q arrive as zeros: NaN against a -inf key, which must not reach dK/dV
+            p_t = tl.where(rows[None, :] < seq_q, p_t, 0.0)
+        if ADD_DQ:  # keys past seq_k likewise, for dQ
+            p_t = tl.where(keys[:, None] < seq_k - start_n, p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv)
         ds_t = p_t * (tl.dot(v, do.T) - delta[None, :])
         dk = tl.dot(ds_t.to(q.dtype), q, dk)

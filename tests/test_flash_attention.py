@@ -294,3 +294,70 @@ def test_the_tma_kernels_under_a_causal_mask_meet_the_rule(sq, sk, d, ws_causal)
     """Forward, log-sum-exp and gradients with WS_CAUSAL: rows with no key, tiles the diagonal cuts at
     every offset from their start, one query row, one key."""
     check(*qkv(1, 2, sq, sk, d, torch.float16), True, torch.float16)
+
+
+@pytest.fixture(params=[("two_pass", False), ("two_pass", True), ("one_pass", False)],
+                ids=lambda p: f"{p[0]}-{'tma' if p[1] else 'pointer'}")
+def every_backward(request, monkeypatch):
+    """Each backward kernel in turn: two_pass or one_pass by the pointer kernels, or two_pass with (as on
+    Hopper) the '/ws' TMA dK/dV kernel. (The one-pass TMA kernel's dQ reduce-add has no interpreter
+    form: test_flash_attention_gpu runs it.)"""
+    import triton
+
+    from kernels import _flash_attention as fa
+
+    kind, tma = request.param
+    monkeypatch.setenv(fa.BACKWARD_ENV, kind)
+    if tma:
+        monkeypatch.setattr(fa, "_tma_ready", lambda *tensors: True)
+        monkeypatch.setattr(fa, "_ensure_allocator", lambda: triton.set_allocator(
+            lambda size, alignment, stream: torch.empty(size, dtype=torch.int8)))
+        fa.pin(bwd_dkdv="32x32/w4/s1/ws")
+    yield
+    fa.pin()
+
+
+def _grads(q, k, v, do, causal, fn=flash_attention, **kw):
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    return torch.autograd.grad(fn(q, k, v, causal=causal, **kw), (q, k, v), do)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_a_key_of_minus_inf_gives_nan_gradients_only_where_the_reference_does(causal, every_backward):
+    """A key whose score is -inf for every query, at lengths that leave padding rows in the last query tile
+    (zeros there score NaN against it): every backward kernel gives the fp64 reference's gradients, with
+    NaN only in dQ's column that holds the -inf (0 * -inf, as the reference has it), none in dK or dV."""
+    q, k, v = (t.detach() for t in qkv(1, 2, 45, 37, 16, torch.float32))
+    q[..., 0] = 1.0
+    k[:, :, 3, 0] = float("-inf")
+    do = randn(*q.shape, dtype=torch.float32, seed=9)
+    got = _grads(q, k, v, do, causal)
+    want = _grads(q.double(), k.double(), v.double(), do.double(), causal, flash_attention_ref, dtype=torch.float64)
+    assert want[0][..., 0].isnan().all() and not want[0][..., 1:].isnan().any()
+    assert not want[1].isnan().any() and not want[2].isnan().any()
+    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        torch.testing.assert_close(g.double(), w, atol=1e-4, rtol=1e-4, equal_nan=True, msg=name)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
+def test_a_query_of_minus_inf_gets_zero_output_and_gradient_and_leaves_the_others_as_without_it(every_backward):
+    """A query whose scores are all -inf, at a key length that leaves padding keys in the last tile (zeros
+    there score NaN against it): its output and dQ are 0 (SDPA's convention), and every other gradient is
+    the one without that query (dK but for the column of the -inf: 0 * -inf)."""
+    q, k, v = (t.detach() for t in qkv(1, 2, 45, 37, 16, torch.float32))
+    k[..., 1] = 1.0
+    q[:, :, 40, 1] = float("-inf")
+    do = randn(*q.shape, dtype=torch.float32, seed=9)
+    out = flash_attention(q, k, v)
+    dq, dk, dv = _grads(q, k, v, do, False)
+    keep = [i for i in range(45) if i != 40]
+    rq, rdo = q[:, :, keep].double(), do[:, :, keep].double()
+    want_out = flash_attention_ref(rq, k.double(), v.double(), dtype=torch.float64)
+    wq, wk, wv = _grads(rq, k.double(), v.double(), rdo, False, flash_attention_ref, dtype=torch.float64)
+    assert out[:, :, 40].eq(0).all() and dq[:, :, 40].eq(0).all()
+    torch.testing.assert_close(out[:, :, keep].double(), want_out, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(dq[:, :, keep].double(), wq, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(dv.double(), wv, atol=1e-4, rtol=1e-4)
+    columns = [c for c in range(16) if c != 1]
+    torch.testing.assert_close(dk[..., columns].double(), wk[..., columns], atol=1e-4, rtol=1e-4)

@@ -317,6 +317,41 @@ def test_with_ws_causal_the_tma_kernels_run_under_the_mask_and_are_right(fwd, dk
 
 
 @needs_hopper
+@pytest.mark.parametrize("kind, dkdv", [("two_pass", "64x128/w4/s2/ws"), ("two_pass", None), ("one_pass", None)])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_minus_inf_in_the_input_gives_nan_gradients_only_where_the_reference_does(kind, dkdv, causal, monkeypatch):
+    """A key whose score is -inf for every query (padding rows in the last query tiles score NaN against
+    it), and a query row whose scores are all -inf (padding keys likewise): no NaN but where 0 * -inf may
+    put it (dQ's column 0, dK's column 1), zero output and dQ for that query, the reference elsewhere."""
+    monkeypatch.setenv(fa.BACKWARD_ENV, kind)
+    fa.pin(bwd_dkdv=dkdv)
+    try:
+        q, k, v = odd_qkv(203, 113, 128, torch.bfloat16, False)
+        q, k, v = (t.detach() for t in (q, k, v))
+        q[..., 0], k[..., 1] = 1.0, 1.0
+        k[:, :, 3, 0] = float("-inf")
+        q[:, :, 150, 1] = float("-inf")
+        do = torch.randn_like(q)
+        got = grads(lambda *t: flash_attention(*t, causal=causal), *(t.requires_grad_() for t in (q, k, v)), do)
+    finally:
+        fa.pin()
+    out, dq, dk, dv = got
+    assert out[:, :, 150].eq(0).all() and dq[:, :, 150, 1:].eq(0).all()
+    assert not dq[..., 1:].isnan().any() and not dv.isnan().any()
+    assert not dk[..., [0, *range(2, 128)]].isnan().any()
+    if causal:  # the reference without query 150 would shift the rows before it by one key (bottom-right)
+        return
+    keep = [i for i in range(203) if i != 150]  # the reference without the query of -inf (its row is 0 here)
+    qf, kf, vf = (t.detach().double().requires_grad_() for t in (q[:, :, keep], k, v))
+    ref = fa.flash_attention_ref(qf, kf, vf, causal=causal, dtype=torch.float64)
+    wq, wk, wv = torch.autograd.grad(ref, (qf, kf, vf), do[:, :, keep].double())
+    torch.testing.assert_close(out[:, :, keep].double(), ref.detach(), atol=2e-2, rtol=0)
+    torch.testing.assert_close(dv.double(), wv, atol=5e-2, rtol=2e-2)
+    torch.testing.assert_close(dq[:, :, keep, 1:].double(), wq[..., 1:], atol=5e-2, rtol=2e-2)
+    torch.testing.assert_close(dk[..., 2:].double(), wk[..., 2:], atol=5e-2, rtol=2e-2)
+
+
+@needs_hopper
 def test_a_later_call_on_a_misaligned_base_does_not_take_the_tma_backward(monkeypatch):
     """The backward's plan is kept per strides; a call with the same strides but a base off by 8 bytes
     cannot be addressed by TMA and must run (and be right) in the pointer kernels."""
