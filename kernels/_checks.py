@@ -102,7 +102,11 @@ def output(out: torch.Tensor, name: str = "out", **inputs: torch.Tensor) -> None
     """Refuse an output tensor that torch would refuse for an ``out=`` argument: one with internal overlap
     (two of its elements at one memory location, e.g. expanded), or one that shares memory with an input
     without being exactly it (an input's exact view is in-place use, which the kernels compute right).
-    Conservative: a layout whose elements merely interleave with another's is refused too."""
+    Conservative: a layout whose elements merely interleave with another's is refused too. In grad mode,
+    an output that requires grad is refused, as torch refuses it: the kernel writes it outside autograd."""
+    if torch.is_grad_enabled() and out.requires_grad:
+        raise ValueError(f"{name} requires grad: an out= argument cannot take part in autograd (pass none and "
+                         f"use the result, or write into a tensor that does not require grad)")
     if _internal_overlap(out):
         raise ValueError(f"{name} has internal overlap: more than one of its elements refers to a single memory "
                          f"location (shape {tuple(out.shape)}, strides {out.stride()}); pass a tensor that does "

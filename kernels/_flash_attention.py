@@ -985,6 +985,8 @@ def tune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
     """Choose the tiles for the bucket of these shapes now (tuning if no process has yet), outside any
     training step or CUDA graph capture; the choice is cached in memory and in ``KERNELS_TILE_CACHE``.
     Returns the tile of each kernel that ran, as tiles_in_use() gives it."""
+    _check(q, k, v, None)
+    backward = _checks.flag(backward, "backward")
     q, k, v = (t.detach().requires_grad_(backward) for t in (q, k, v))
     with torch.enable_grad():
         out = flash_attention(q, k, v, causal=causal)

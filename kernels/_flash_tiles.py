@@ -92,16 +92,18 @@ def pin(kinds, **tiles: str | None) -> None:
     """Run each named kernel with this tile from now on, in every bucket; None unpins it, and no
     argument at all unpins every kernel. ``kinds`` are the kernel names that may be pinned."""
     global generation
+    for kind in tiles:  # every argument checked before any takes effect: a refused call pins nothing
+        if kind not in kinds:
+            raise ValueError(f"no FlashAttention kernel {kind!r} to pin; the kernels are {', '.join(kinds)}")
+    parsed = {kind: None if text is None else Tile.parse(text, kind) for kind, text in tiles.items()}
     generation += 1
     if not tiles:
         _pinned.clear()
-    for kind, text in tiles.items():
-        if kind not in kinds:
-            raise ValueError(f"no FlashAttention kernel {kind!r} to pin; the kernels are {', '.join(kinds)}")
-        if text is None:
+    for kind, tile in parsed.items():
+        if tile is None:
             _pinned.pop(kind, None)
         else:
-            _pinned[kind] = Tile.parse(text, kind)
+            _pinned[kind] = tile
 
 
 def forget() -> None:

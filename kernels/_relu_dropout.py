@@ -54,13 +54,14 @@ def _relu_dropout_kernel(x_ptr, out_ptr, n_elements, p, seed, BLOCK_SIZE: tl.con
 @triton.jit
 def _relu_dropout_backward_kernel(dy_ptr, x_ptr, dx_ptr, n_elements, p, seed, BLOCK_SIZE: tl.constexpr,
                                   WIDE: tl.constexpr):
-    """dx = dy / (1 - p) where the element was kept and x > 0, else 0; the mask drawn again from the seed."""
+    """dx = dy / (1 - p) where the element was kept and x > 0 or NaN (torch's relu passes the gradient at a
+    NaN, which it keeps), else 0; the mask drawn again from the seed."""
     start = block_start(BLOCK_SIZE, WIDE)
     offsets = start + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
     x = tl.load(x_ptr + offsets, mask=mask)
     dy = tl.load(dy_ptr + offsets, mask=mask).to(tl.float32)
-    dx = tl.where(_kept(seed, start, p, BLOCK_SIZE, WIDE) & (x > 0.0), dy / (1 - p), 0.0)
+    dx = tl.where(_kept(seed, start, p, BLOCK_SIZE, WIDE) & ((x > 0.0) | (x != x)), dy / (1 - p), 0.0)
     tl.store(dx_ptr + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 

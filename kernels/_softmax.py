@@ -657,6 +657,7 @@ def _out(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
     _checks.tensor(out, "out", ndim=2)
     _checks.same("x", x, "out", out)
     _checks.output(out, "out", x=x)  # out=x itself (in place) is allowed: each row is read before it is written
+    torch.autograd.graph.increment_version(out)  # as torch's out= does: a graph that saved out sees it changed
     return out
 
 

@@ -149,6 +149,33 @@ def test_out_in_place_or_beside_x_in_one_buffer_is_computed_right(name, monkeypa
     torch.testing.assert_close(x, want)
 
 
+@pytest.mark.parametrize("name", WITH_OUT)
+def test_out_that_autograd_tracks_is_refused_or_marked_written(name, monkeypatch):
+    """As torch's out=: an out that requires grad is refused in grad mode (before anything is written), and
+    an out that a graph saved (a detached alias, or x itself in place) is marked as written, so that the
+    backward raises instead of using the overwritten values."""
+    fn = WITH_OUT[name](monkeypatch)
+    x = randn(5, 5)
+    w = randn(5, 5).requires_grad_()
+    y = w.exp()  # exp saves its output for the backward
+    before = y.detach().clone()
+    with pytest.raises(ValueError, match="out requires grad"):
+        fn(x, out=y)
+    assert torch.equal(y.detach(), before)
+    fn(x, out=y.detach())
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    z = w.exp()
+    with torch.no_grad():
+        fn(z, out=z)  # in place, on a tensor the graph saved
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()
+    with torch.no_grad():
+        leaf = torch.zeros(5, 5, device=DEVICE, requires_grad=True)
+        assert fn(x, out=leaf) is leaf  # outside grad mode a leaf that requires grad may be written, as torch allows
+    torch.testing.assert_close(leaf.detach(), torch.softmax(x, dim=-1))
+
+
 def test_vector_add_unmasked_refuses_an_out_overlapping_its_inputs():
     buf = randn(64)
     x, y = buf[:8], randn(16)[:8]

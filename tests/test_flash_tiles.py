@@ -67,6 +67,33 @@ def test_bad_pin_is_refused(kwargs, err, words):
         flash_attention.pin(**kwargs)
 
 
+@pytest.mark.parametrize("kwargs", [dict(fwd="64x64/w4/s1", bwd_dq="nonsense"), dict(fwd="64x64/w4/s1", bwd="64x64/w4/s1"),
+                                    dict(fwd=None, bwd_dq="64x64/w3/s1")])
+def test_a_refused_pin_pins_and_unpins_nothing(kwargs):
+    flash_attention.pin(fwd="32x64/w4/s1")
+    try:
+        before = dict(ft._pinned)
+        with pytest.raises(ValueError):
+            flash_attention.pin(**kwargs)
+        assert ft._pinned == before
+    finally:
+        flash_attention.pin()
+
+
+@pytest.mark.parametrize("args, kwargs, err, words", [
+    (("q",), {}, TypeError, "q must be a torch.Tensor"),
+    ((), dict(backward="no"), TypeError, "backward must be a bool"),
+    ((), dict(causal=1), TypeError, "causal must be a bool"),
+])
+def test_bad_tune_arguments_are_refused_naming_them(args, kwargs, err, words):
+    q, k, v = qkv()
+    with pytest.raises(err, match=words):
+        flash_attention.tune(*(args or (q,)), k, v, **kwargs)
+    ints = [t.detach().to(torch.int32) for t in (q, k, v)]
+    with pytest.raises(TypeError, match="q has unsupported dtype"):
+        flash_attention.tune(*ints)
+
+
 CANDIDATES = [Tile(128, 64, 8, 3), Tile(64, 64, 4, 3), Tile(32, 32, 4, 1)]
 KEY = ("fwd", torch.float16, 64, False, 4096, 4096)
 

@@ -59,6 +59,23 @@ def test_p_zero_is_relu():
     assert torch.equal(relu_dropout(x, 0.0, 1), torch.relu(x))
 
 
+@pytest.mark.parametrize("p", [0.0, 0.5])
+def test_nan_input_gets_torchs_forward_and_gradient(p):
+    """A NaN survives relu and passes the gradient, as in torch's relu; dropout then keeps or zeroes both."""
+    x = torch.tensor([float("nan"), 2.0, -1.0, 0.0] * 256, device=DEVICE, requires_grad=True)
+    out = relu_dropout(x, p, seed=3)
+    (dx,) = torch.autograd.grad(out, x, torch.ones_like(out))
+    kept = out.detach().ne(0) | out.detach().isnan()  # at x = 2.0: kept iff nonzero
+    nan = torch.isnan(x.detach())
+    assert out.detach()[nan].isnan().eq(kept[nan]).all()  # NaN if kept, 0 if dropped
+    want = torch.where(x.detach().gt(0) | nan, 1 / (1 - p), 0.0) * kept
+    torch.testing.assert_close(dx, want)
+    if p == 0.0:
+        xt = x.detach().clone().requires_grad_()
+        torch.relu(xt).backward(torch.ones_like(xt))
+        torch.testing.assert_close(dx, xt.grad)
+
+
 @pytest.mark.parametrize("p, error", [(-0.1, ValueError), (1.0, ValueError), (1.5, ValueError),
                                       (float("nan"), ValueError), ("0.5", TypeError), (True, TypeError)])
 def test_bad_p_is_refused(p, error):  # a value out of range: ValueError; not a number at all: TypeError
