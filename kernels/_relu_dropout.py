@@ -104,13 +104,27 @@ def relu_dropout_backward(dy: torch.Tensor, x: torch.Tensor, p: float, seed: int
 
 
 def _backward(dy, x, p, seed, block_size):
-    if torch.is_grad_enabled() and dy.requires_grad:
-        # A graph is wanted (create_graph=True): dx = dy * scale, scale (1/(1-p) or 0) from the kernel, a
-        # constant of x; the product in torch keeps dy's graph, so every order of derivative is right.
-        with torch.no_grad():
-            scale = _backward_kernel(torch.ones_like(x), x, p, seed, block_size)
-        return dy * scale
+    if torch.is_grad_enabled() and (dy.requires_grad or x.requires_grad):  # a graph is wanted (create_graph)
+        return _MaskedScale.apply(dy, x, p, seed, block_size)
     return _backward_kernel(dy, x, p, seed, block_size)
+
+
+class _MaskedScale(torch.autograd.Function):
+    """relu_dropout's backward, dx = dy * (1/(1-p) where kept and x > 0, else 0), as a differentiable op:
+    linear in dy (its derivative in dy is this op again, so every order is right) and constant in x (a zero
+    derivative there, as torch's relu has: a gradient taken with create_graph=True has a graph in x)."""
+
+    @staticmethod
+    def forward(ctx, dy, x, p, seed, block_size):
+        ctx.save_for_backward(x)
+        ctx.args = (p, seed, block_size)
+        return _backward_kernel(dy, x, p, seed, block_size)
+
+    @staticmethod
+    def backward(ctx, ddx):
+        (x,) = ctx.saved_tensors
+        dy = _backward(ddx, x, *ctx.args) if ctx.needs_input_grad[0] else None
+        return dy, torch.zeros_like(x) if ctx.needs_input_grad[1] else None, None, None, None
 
 
 @serialized

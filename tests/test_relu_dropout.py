@@ -106,3 +106,19 @@ def test_backward_draws_the_forwards_mask_again(dtype, block_size):
     assert torch.equal(again, x.grad)
     assert not torch.equal(relu_dropout_backward(dy, x.detach(), p, 13), x.grad)  # another seed, another mask
     assert x.grad[x.detach() <= 0].eq(0).all()
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_a_gradient_taken_with_create_graph_is_differentiable_in_x_and_dy(p):
+    """As torch's relu: with create_graph=True the gradient has a graph in x (its derivative there is zero)
+    even for a constant output gradient, and in dy it is the same masked scale again."""
+    x = randn(1000).requires_grad_()
+    out = relu_dropout(x, p, 5)
+    (g,) = torch.autograd.grad(out, x, torch.ones_like(out), create_graph=True)
+    (gg,) = torch.autograd.grad(g.sum(), x)
+    assert gg.eq(0).all()
+    dy = randn(1000, seed=7).requires_grad_()
+    (g2,) = torch.autograd.grad(relu_dropout(x, p, 5), x, dy, create_graph=True)
+    (gdy,) = torch.autograd.grad((g2 * g2).sum(), dy)
+    scale = out.detach().ne(0).to(x.dtype) / (1 - p)  # where kept and x > 0
+    torch.testing.assert_close(gdy, 2 * dy.detach() * scale * scale)
