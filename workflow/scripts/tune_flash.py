@@ -113,7 +113,7 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   tile's start, with the start added to the other side of the comparison as a scalar, the second group
   reads [BLOCK/2, BLOCK) against the unshifted start (the TTGIR of both kernels, causal, shows it).
   Behind WS_CAUSAL (off): the causal forward in one '/ws' launch and the causal '/ws' dK/dV kernel. To
-  run on the H200: tests/test_flash_attention_gpu.py's WS_CAUSAL test, then this sweep with it on.
+  run on the H200: tests/test_flash_attention_gpu.py's WS_CAUSAL test, then bench_ws_causal.py.
 """
 from __future__ import annotations
 
