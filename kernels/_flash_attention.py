@@ -347,10 +347,13 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, d
             lse = tl.load(lse_ptr + row_base + rows)
             delta = tl.load(delta_ptr + row_base + rows)
         p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
-        if CAUSAL:
-            p_t = tl.where(offs_n[:, None] <= rows[None, :] + causal_offset, p_t, 0.0)
         if ROWS:
-            p_t = tl.where(row_mask[None, :], p_t, 0.0)
+            keep = row_mask[None, :]
+            if CAUSAL:
+                keep = keep & (offs_n[:, None] <= rows[None, :] + causal_offset)
+            p_t = tl.where(keep, p_t, 0.0)
+        elif CAUSAL:
+            p_t = tl.where(offs_n[:, None] <= rows[None, :] + causal_offset, p_t, 0.0)
         if ADD_DQ:
             p_t = tl.where(offs_n[:, None] < seq_k, p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv)
@@ -487,10 +490,11 @@ def _flash_bwd_tma_kernel(
             lse = tl.load(lse_ptr + row_base + rows)
             delta = tl.load(delta_ptr + row_base + rows)
         p_t = tl.math.exp2(tl.dot(k, q.T) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
-        if CAUSAL:  # key start_n + j sees query i iff j <= i + (causal_offset - start_n)
-            p_t = tl.where(keys[:, None] <= rows[None, :] + (causal_offset - start_n), p_t, 0.0)
         if MASK:  # rows past seq_q arrive as zeros: NaN against a -inf key, which must not reach dK/dV
-            p_t = tl.where(rows[None, :] < seq_q, p_t, 0.0)
+            keep = rows[None, :] < seq_q
+            if CAUSAL:  # key start_n + j sees query i iff j <= i + (causal_offset - start_n)
+                keep = keep & (keys[:, None] <= rows[None, :] + (causal_offset - start_n))
+            p_t = tl.where(keep, p_t, 0.0)
         if ADD_DQ:  # keys past seq_k likewise, for dQ
             p_t = tl.where(keys[:, None] < seq_k - start_n, p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv)
