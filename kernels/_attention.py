@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from . import _checks
+from . import _checks, backend
 from ._launch import serialized
 from ._triton import tl, triton
 
@@ -181,6 +181,9 @@ def shared_memory_required(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
     would fail. GPU only. Inside torch.compile it runs eagerly (a graph break, so fullgraph=True refuses
     it)."""
     args, cfg = _arguments(q, k, v)
+    if backend.current() != "gpu":
+        raise RuntimeError("shared_memory_required compiles for the GPU it runs on: there is none here (the "
+                           f"{backend.current()!r} backend); lab.sm90 compiles for Hopper on any machine")
     printed = (*args[:8], args[9])  # the printed kernel has no head_dim argument
     return attention_kernel.warmup(*printed, grid=(1,), **cfg).metadata.shared
 
@@ -196,10 +199,12 @@ def _arguments(q, k, v) -> tuple[tuple, dict]:
     n_k = k.shape[0]
     if n_k == 0:
         raise ValueError("attention needs at least one key")
-    # The writeup's kernel uses one (row_stride, col_stride) pair for all four tensors.
+    # The writeup's kernel uses one (row_stride, col_stride) pair for all four tensors: dense rows of d,
+    # (d, 1). Not q's own strides: contiguous() keeps any stride on a dimension of size 1 (one query row
+    # sliced from a fused qkv has a row stride of 3d), and k, v and out have (d, 1) whatever q has.
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    out = torch.empty_like(q)
-    return (q, k, v, out, q.stride(0), q.stride(1), n_q, n_k, d, 1.0 / math.sqrt(d)), launch_config(n_k, d)
+    out = torch.empty((n_q, d), dtype=q.dtype, device=q.device)
+    return (q, k, v, out, d, 1, n_q, n_k, d, 1.0 / math.sqrt(d)), launch_config(n_k, d)
 
 
 def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

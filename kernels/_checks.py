@@ -13,6 +13,9 @@ FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 def tensor(x, name: str, *, ndim: int | tuple[int, ...] | None = None, dtypes=FLOATS) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.layout != torch.strided or x.is_nested:
+        raise TypeError(f"{name} must be a dense tensor (torch.strided layout), got a "
+                        f"{'nested' if x.is_nested else x.layout} one: pass {name}.to_dense()")
     if ndim is not None:
         allowed = (ndim,) if isinstance(ndim, int) else ndim
         if x.dim() not in allowed:
@@ -107,7 +110,7 @@ def output(out: torch.Tensor, name: str = "out", **inputs: torch.Tensor) -> None
     if torch.is_grad_enabled() and out.requires_grad:
         raise ValueError(f"{name} requires grad: an out= argument cannot take part in autograd (pass none and "
                          f"use the result, or write into a tensor that does not require grad)")
-    if _internal_overlap(out):
+    if overlaps_itself(out):
         raise ValueError(f"{name} has internal overlap: more than one of its elements refers to a single memory "
                          f"location (shape {tuple(out.shape)}, strides {out.stride()}); pass a tensor that does "
                          f"not, e.g. {name}.clone()")
@@ -118,8 +121,9 @@ def output(out: torch.Tensor, name: str = "out", **inputs: torch.Tensor) -> None
                              f"strides): pass {other} itself for in-place use, or a tensor of its own")
 
 
-def _internal_overlap(t: torch.Tensor) -> bool:
-    """True unless each dimension (smallest stride first) steps past everything the smaller ones span."""
+def overlaps_itself(t: torch.Tensor) -> bool:
+    """Do two of t's elements share a memory location (an expand's stride 0, an unfold's overlapping
+    windows)? True unless each dimension (smallest stride first) steps past everything the smaller ones span."""
     span = 0  # elements from the first to the last reached by the dimensions seen so far
     for stride, size in sorted((s, n) for s, n in zip(t.stride(), t.shape) if n > 1):
         if stride <= span:

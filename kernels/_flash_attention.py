@@ -968,21 +968,16 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         _check(q, k, v, sm_scale)
         causal = _checks.flag(causal, "causal")
         sm_scale = None if sm_scale is None else float(sm_scale)
-        # The backward writes each gradient with its input's strides: an input that repeats memory (stride
-        # 0, e.g. K/V expanded across heads) would have every head write into one buffer. A dense copy
-        # instead; autograd sums its gradient back through the expand.
-        q, k, v = (t.contiguous() if _repeats_memory(t) else t for t in (q, k, v))
+        # The backward writes each gradient with its input's strides: an input whose elements share memory
+        # (stride 0, e.g. K/V expanded across heads; an unfold's overlapping windows) would have them write
+        # into one place. A dense copy instead; autograd sums its gradient back through the view.
+        q, k, v = (t.contiguous() if _checks.overlaps_itself(t) else t for t in (q, k, v))
         if torch.compiler.is_compiling():
             return _forward_op(q, k, v, causal, _scale(q.shape[-1], sm_scale))[0]
         plan = _plan(q, k, v, causal, sm_scale)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _FlashAttention.apply(q, k, v, plan)
     return plan.forward(q, k, v, store_lse=False)[0]  # no gradient wanted: no autograd, no lse
-
-
-def _repeats_memory(t: torch.Tensor) -> bool:
-    strides = t.stride()
-    return 0 in strides and any(st == 0 and n > 1 for st, n in zip(strides, t.shape))  # the first test is cheap
 
 
 def tune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, backward: bool = True) -> dict[str, str]:

@@ -29,3 +29,41 @@ def test_matches_sdpa(n_q, n_k, d, dtype):
 def test_bad_input_is_refused(q, k, v, err):
     with pytest.raises(err):
         attention(q(), k(), v())
+
+
+def _layouts(n, d, seed):
+    """(what, tensor of shape (n, d)): layouts whose strides are not (d, 1) though their elements are the
+    same, and some whose rows are not dense at all."""
+    base = randn(n, d, seed=seed)
+    fused = torch.cat([base, randn(n, 2 * d, seed=seed + 10)], dim=1)[:, :d]  # a slice of a fused qkv: (3d, 1)
+    yield "contiguous", base
+    yield "slice of a fused row", fused
+    yield "column-major", base.t().contiguous().t()
+    yield "as_strided one row", base[:1].as_strided((1, d), (3 * d, 1)) if n == 1 else base
+
+
+@pytest.mark.parametrize("n_q", [1, 5])
+@pytest.mark.parametrize("d", [1, 16, 24])
+def test_any_layout_of_q_k_v_gives_the_reference(n_q, d):
+    """The kernels take one (row, column) stride pair for q, k, v and out: whatever layout each comes in
+    (one query row sliced from a fused qkv keeps a row stride of 3d through contiguous()), the result is
+    the reference's, for attention and, where d is a power of two >= 16, the writeup's kernel as printed."""
+    from kernels import attention_writeup
+
+    for (wq, q), (wk, k), (wv, v) in zip(_layouts(n_q, d, 1), _layouts(7, d, 2), _layouts(7, d, 3)):
+        ref = attention_ref(q.double(), k.double(), v.double())
+        torch.testing.assert_close(attention(q, k, v).double(), ref, atol=1e-4, rtol=1e-4, msg=f"{wq}/{wk}/{wv}")
+        if d >= 16 and d & (d - 1) == 0:
+            torch.testing.assert_close(attention_writeup(q, k, v).double(), ref, atol=1e-4, rtol=1e-4)
+    q1 = randn(1, 3 * d, seed=4)[:, :d]  # the fused slice alone, against dense k and v
+    k, v = randn(7, d, seed=5), randn(7, d, seed=6)
+    torch.testing.assert_close(attention(q1, k, v).double(), attention_ref(q1.double(), k.double(), v.double()),
+                               atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.skipif(ON_GPU, reason="on a GPU it compiles for that GPU")
+def test_shared_memory_required_says_it_needs_a_gpu():
+    from kernels import shared_memory_required
+
+    with pytest.raises(RuntimeError, match="compiles for the GPU it runs on"):
+        shared_memory_required(randn(4, 32), randn(8, 32), randn(8, 32))

@@ -59,6 +59,13 @@ BAD = [
     (lambda: flash_attention(*qkv(), sm_scale=math.inf), ValueError, "sm_scale"),
     (lambda: flash_attention(*qkv(), sm_scale=-1.0), ValueError, "sm_scale"),
     (lambda: flash_attention(*[t.to(torch.int32) for t in qkv()]), TypeError, "dtype"),
+    # sparse inputs: every kernel wants dense (strided) tensors
+    (lambda: vector_add(randn(4).to_sparse(), randn(4)), TypeError, "x must be a dense tensor"),
+    (lambda: relu_dropout(randn(8).to_sparse(), 0.5, 0), TypeError, "x must be a dense tensor"),
+    (lambda: softmax(randn(2, 3).to_sparse()), TypeError, "x must be a dense tensor"),
+    (lambda: softmax(randn(2, 3), out=randn(2, 3).to_sparse()), TypeError, "out must be a dense tensor"),
+    (lambda: attention(randn(5, 32), randn(15, 32).to_sparse(), randn(15, 32)), TypeError, "k must be a dense"),
+    (lambda: flash_attention(qkv()[0].to_sparse(), *qkv()[1:]), TypeError, "q must be a dense tensor"),
 ]
 
 

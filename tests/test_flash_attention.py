@@ -104,6 +104,25 @@ def test_gradients_of_expanded_inputs_are_summed_over_the_repeats():
         torch.testing.assert_close(g, w, atol=tol, rtol=1e-4)
 
 
+@pytest.mark.parametrize("which", ["q", "k", "v", "all"])
+def test_gradients_of_inputs_whose_rows_overlap_in_memory_are_summed_over_them(which):
+    """An unfold view: row i of the sequence is elements [i, i + head_dim) of one buffer, so neighbouring rows
+    share memory (strides (..., 1, 1)). The gradient must be the sum over every row that reads an element,
+    as autograd gives through the view, not rows overwriting each other in one buffer."""
+    bufs = {name: randn(1, 2, 16 + n - 1, seed=i).requires_grad_() for i, (name, n) in enumerate(
+        (("q", 9), ("k", 13), ("v", 13)))}
+    plain = {"q": randn(1, 2, 9, 16, seed=5), "k": randn(1, 2, 13, 16, seed=6), "v": randn(1, 2, 13, 16, seed=7)}
+    args = [bufs[n].unfold(-1, 16, 1) if which in (n, "all") else plain[n] for n in "qkv"]
+    assert any(a.stride(-2) == 1 for a in args)
+    leaves = [bufs[n] for n in "qkv" if which in (n, "all")]
+    do = randn(1, 2, 9, 16, seed=9)
+    got = torch.autograd.grad(flash_attention(*args), leaves, do)
+    want = torch.autograd.grad(flash_attention_ref(*args), leaves, do)
+    tol = max(1e-4, attention_eps(torch.float32, ON_GPU))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=tol, rtol=1e-4)
+
+
 NONFINITE = {  # (where, value): one element of q, k or v made non-finite
     "nan in q": ("q", (0, 0, 3, 1), float("nan")),
     "nan in k": ("k", (0, 1, 2, 5), float("nan")),
