@@ -47,7 +47,7 @@ onerror:
     # jobs finish, then reports "At least one job did not complete successfully" even if none failed.
     _logs = [Path(p) for p in ([log] if isinstance(log, str) else log or [])]  # Snakemake's own log(s)
     _failed = not _logs or any(not p.exists() or "Error in rule" in p.read_text(errors="replace") for p in _logs)
-    print(("A job failed (above, and its log under " + f"{OUT}/logs/)" if _failed else
-           "No job failed: Snakemake was stopped (SIGTERM waits for the running jobs) before the run was complete")
-          + ". Every table written is complete (tables are written atomically); `snakemake -n` lists what is left "
-          "and `snakemake --cores all` goes on from there.", file=sys.stderr)
+    _what = (f"A job failed (above, and its log under {OUT}/logs/)" if _failed else
+             "No job failed: Snakemake was stopped (SIGTERM waits for the running jobs) before the run was complete")
+    print(f"{_what}. Every table written is complete (tables are written atomically); `snakemake -n` lists what "
+          "is left and `snakemake --cores all` goes on from there.", file=sys.stderr)

@@ -212,3 +212,20 @@ def test_committed_pair_claims_do_not_change(committed):
     assert not errors and len(diff) == len(CLAIMS) and (diff["changed"] == "no").all()
     page = compare.markdown("nvidia-h200-cb2e4cd", "nvidia-h200-repeat", a, b, j, CLAIMS)
     assert page.index("## Claims") < page.index("## Summary")
+
+
+def test_what_only_one_run_has_is_listed():
+    """A table in one run only, a failed table, and points one run did not measure: named, with counts, and
+    nothing listed for two runs that measured the same."""
+    same = [({"n": n}, 1.0) for n in (1, 2, 3)]
+    a = {**run(same), **run([({"n": 1}, 1.0)], kernel="gone")}
+    b = {**run(same[:2]), "k/bug": table.to_frame([table.row("x", None, status="failed", error="boom")], "k", "bug",
+                                                  PROV)}
+    gaps = compare.coverage(a, b).set_index("table")
+    assert gaps.loc["gone/performance"].tolist() == [1, "absent", 0]
+    assert gaps.loc["k/bug"].tolist() == ["absent", "failed", 0]
+    assert gaps.loc["k/performance"].tolist() == [3, 2, 2]
+    page = compare.markdown("a", "b", a, b, compare.compare(a, b))
+    assert "## What only one run has" in page and "gone/performance" in page
+    assert compare.coverage(a, a).empty and "What only one run has" not in compare.markdown("a", "a", a, a,
+                                                                                           compare.compare(a, a))

@@ -54,7 +54,10 @@ BAD = [
     ({"run": "a/b"}, ["run", "pattern"]),                                        # would escape results/<run>
     ({"run": ".."}, ["run", "pattern"]),
     ({"run": "../elsewhere"}, ["run", "pattern"]),
+    ({"run": "compare"}, ["run", "should not be valid"]),                         # the comparisons' folder
     ({"backend": "tpu"}, ["backend", "interpreter"]),
+    ({"relu_dropout": {"performance": {"pp": 0.3}}}, ["relu_dropout.performance", "'pp' was unexpected"]),  # typo
+    ({"vector_add": {"performance": {"p": 0.3}}}, ["vector_add.performance", "'p' was unexpected"]),  # not its
 ]
 
 
@@ -93,6 +96,17 @@ def test_command_line_strings_take_the_type_their_key_asks_for():
     config = merged({"overwrite_foreign_run": "False"})
     settings.from_command_line(config, {"overwrite_foreign_run": "False"}, units.schemas())
     assert config["overwrite_foreign_run"] is False
+
+
+def test_command_line_lists_of_lists_take_their_types_too():
+    """--config 'vector_add={correctness: {shapes: [[3, 5]]}}': Snakemake leaves the inner numbers strings."""
+    given = {"vector_add": {"correctness": {"shapes": [["3", "5"], ["7"]]}}, "softmax": {"correctness": {
+        "shapes": [["4", "1000"]]}}}
+    config = merged(copy.deepcopy(given))
+    settings.from_command_line(config, given, units.schemas())
+    assert config["vector_add"]["correctness"]["shapes"] == [[3, 5], [7]]
+    assert config["softmax"]["correctness"]["shapes"] == [[4, 1000]]
+    check(config)
 
 
 def test_a_string_that_is_not_of_its_keys_type_stays_a_string_and_is_refused():

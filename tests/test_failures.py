@@ -6,7 +6,9 @@ write only their own folders; a run from another folder is refused."""
 import os
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -180,3 +182,31 @@ def test_a_run_from_another_folder_is_refused_saying_where_to_run(project, tmp_p
     done = subprocess.run([*SNAKEMAKE, "-n", "-s", str(project / "Snakefile")], cwd=tmp_path,
                           env=runs_in(project), capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and f"run snakemake in the project's folder ({project})" in done.stdout + done.stderr
+
+
+def test_the_experiments_process_ends_when_its_job_is_killed(tmp_path):
+    """A job killed outright (SIGKILL: no signal to pass on) must not leave its experiment running to write
+    the table later: the child process dies with it (lab.job.die_with_parent)."""
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen([sys.executable, "-c", f"""
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", '''
+import os, time
+from lab import job
+job.die_with_parent(int(os.environ["LAB_JOB_PARENT"]))
+open({str(pid_file)!r}, "w").write(str(os.getpid()))
+time.sleep(60)
+'''], env={{**os.environ, "LAB_JOB_PARENT": str(os.getpid())}})
+child.wait()
+"""], env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "workflow")])})
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and parent.poll() is None
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]:
+        assert time.monotonic() < deadline, "the experiment's process outlived its job"
+        time.sleep(0.1)

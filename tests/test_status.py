@@ -39,6 +39,23 @@ def test_changed_settings_and_missing_tables_say_why_and_exit_1(run, tmp_path_fa
     assert out["calibration/ceilings"].strip() == "current"  # draws nothing: the seed does not touch it
 
 
+@pytest.mark.parametrize("text, words", [("seed: -1\n", "seed"), ("sofmax: {}\n", "sofmax"),
+                                         ("seed: 1\nseed: 2\n", "given twice")])
+def test_a_bad_configfile_is_refused_as_the_workflow_refuses_it(run, tmp_path_factory, capsys, text, words):
+    bad = tmp_path_factory.mktemp("cfg") / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(SystemExit) as done:
+        status.main([str(run), "--configfile", str(bad)])
+    assert done.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_a_folder_of_runs_is_not_a_run(run, capsys):
+    with pytest.raises(SystemExit) as done:
+        status.main([str(run.parent)])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "holds runs, it is not one" in err and run.name in err
+
+
 def test_a_failed_table_is_stale(run):
     t = run / "vector_add/mask.parquet"
     pd.read_parquet(t).assign(fingerprint="failed").to_parquet(t)

@@ -196,6 +196,20 @@ def test_a_clone_without_snakemakes_records_reruns_exactly_the_stale_tables(proj
         assert not set(planned(clone)) & EXPERIMENT_RULES
 
 
+def test_a_deleted_table_or_figure_is_made_again_and_then_nothing(project):
+    """Snakemake plans no job for a missing file whose consumers' outputs exist (as for a temp file): the
+    report's marker makes it out of date, so a table and a figure deleted after the report are made again,
+    with what depends on them, and then nothing is planned; `lab status` agrees with the plan."""
+    (project / "results/tiny/softmax/bug.parquet").unlink()
+    (project / "results/tiny/figures/wall.png").unlink()
+    plan = planned(project)
+    assert {r: n for r, n in plan.items() if r in EXPERIMENT_RULES} == {"softmax": 1}
+    assert {"figure_softmax_bug", "figure_wall", "report"} <= set(plan)
+    smk(project, "--cores", "2")
+    assert (project / "results/tiny/softmax/bug.parquet").exists() and (project / "results/tiny/figures/wall.png").exists()
+    assert planned(project) == {}
+
+
 def test_touching_sources_reruns_nothing(project):
     """A checkout's file dates say nothing about content: only content decides."""
     for f in [*project.glob("kernels/*.py"), *project.glob("workflow/lab/**/*.py")]:

@@ -89,6 +89,25 @@ def compare(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> pd.DataFr
     return _tidy(j)
 
 
+def coverage(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """What `compare` could not join: per table, its timed points in a, in b and in both, where a table is
+    in one run only, failed in one (its rows say why), or has points the other run did not measure."""
+    rows = []
+    for key in sorted(set(a) | set(b)):
+        states, points = {}, {}
+        for side, tables in (("a", a), ("b", b)):
+            t = tables.get(key)
+            states[side] = ("absent" if t is None else
+                            "failed" if "status" in t and t["status"].eq("failed").any() else "")
+            points[side] = _points(t) if not states[side] else pd.DataFrame()
+        pa, pb = points["a"], points["b"]
+        on = [c for c in pa.columns if c in pb.columns and c not in MEASURED]
+        both = len(pa.merge(pb, on=on)) if on and not (pa.empty or pb.empty) else 0
+        if states["a"] or states["b"] or both != len(pa) or both != len(pb):
+            rows.append(dict(table=key, a=states["a"] or len(pa), b=states["b"] or len(pb), both=both))
+    return pd.DataFrame(rows, columns=["table", "a", "b", "both"])
+
+
 def _tidy(j: pd.DataFrame) -> pd.DataFrame:
     """Parameters first, integral ones as integers (their NaN kept as <NA>)."""
     params = [c for c in j.columns if c not in OUTCOME and c not in ("table", "metric")]
@@ -191,6 +210,12 @@ def markdown(name_a: str, name_b: str, a: dict, b: dict, joined: pd.DataFrame, c
               f"Points whose median time is under {LAUNCH_BOUND_MS * 1e3:g} us in either run are **launch-bound** "
               "(launch and host overhead, not the kernel) and are summarised on their own. geomean ratio: the "
               "geometric mean of the ratios. The same rows are in the .parquet file of the same name.", ""]
+    gaps = coverage(a, b)
+    if not gaps.empty:
+        lines += ["## What only one run has", "",
+                  "Tables in one run only, failed in one (not compared), or with timed points the other did not "
+                  "measure: the timed points in each run and in both (untimed tables count 0).", "",
+                  _md(gaps.rename(columns={"a": name_a, "b": name_b})), ""]
     if joined.empty:
         return "\n".join(lines + ["No timed point was measured by both runs (a run without a GPU times nothing)."]) + "\n"
     main, bound = joined[~joined["launch_bound"]], joined[joined["launch_bound"]]

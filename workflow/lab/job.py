@@ -15,6 +15,7 @@ import sys
 from . import provenance, runner
 
 CHILD = "LAB_JOB_CHILD"  # set in the child process that runs the experiment itself
+PARENT = "LAB_JOB_PARENT"  # the job's own process id, in that child
 
 
 def export_environment(overwrite_foreign: bool) -> None:
@@ -35,6 +36,7 @@ def main(argv=None) -> None:
     ap.add_argument("--rerun-marker", default="", help="the stale marker the job waited for, if any (recorded)")
     args = ap.parse_args(argv)
     if os.environ.get(CHILD) == "1":
+        die_with_parent(int(os.environ.get(PARENT, "0")))
         runner.run(args.experiment, args.settings, args.software, args.code, args.output,
                    overwrite_foreign=os.environ.get("LAB_OVERWRITE_FOREIGN_RUN") == "1", rerun_marker=args.rerun_marker)
         return
@@ -43,7 +45,8 @@ def main(argv=None) -> None:
     # exception, and the other jobs go on. A refusal (exit status > 0, e.g. another machine's run) stays
     # the job's failure, with no table. A signal sent to the job is passed on and ends it unrecorded.
     started = provenance.now()
-    child = subprocess.Popen([sys.executable, "-m", "lab.job", *argv], env={**os.environ, CHILD: "1"})
+    child = subprocess.Popen([sys.executable, "-m", "lab.job", *argv],
+                             env={**os.environ, CHILD: "1", PARENT: str(os.getpid())})
     sent = []
 
     def pass_on(signum, frame):
@@ -60,6 +63,22 @@ def main(argv=None) -> None:
                             started, rerun_marker=args.rerun_marker)
     elif status > 0:
         sys.exit(status)
+
+
+def die_with_parent(parent: int) -> None:
+    """End this process when its parent (the job, pid ``parent``) ends, however it ends (SIGKILL, an
+    out-of-memory kill, a scheduler's): otherwise the experiment ran on, orphaned, and wrote its table after
+    Snakemake had recorded the job as failed (a retried job could run beside it). Linux (prctl
+    PR_SET_PDEATHSIG); elsewhere nothing."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return
+    prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it ended before that call
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 if __name__ == "__main__":

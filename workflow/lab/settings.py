@@ -17,10 +17,7 @@ class ConfigError(ValueError):
 
 
 def experiment_schema(settings: dict) -> dict:
-    """A unit's schema of one experiment: {setting: its schema}, each setting required and no other allowed
-    (or a whole schema by reference, {"$ref": ...})."""
-    if "$ref" in settings:
-        return copy.deepcopy(settings)
+    """A unit's schema of one experiment: {setting: its schema}, each setting required and no other allowed."""
     return {"type": "object", "additionalProperties": False, "required": list(settings),
             "properties": copy.deepcopy(settings)}
 
@@ -79,16 +76,24 @@ def from_command_line(config: dict, given: dict, units: dict[str, dict]) -> None
             node = full["$defs"][node["$ref"].rsplit("/", 1)[-1]]
         return node
 
+    def typed(value, node: dict):
+        """value with every string in it (lists of lists too) as the type its place in the schema asks for."""
+        node = resolve(node)
+        if isinstance(value, str):
+            return _parsed(value, _types(node))
+        if isinstance(value, list):
+            return [typed(v, node.get("items") or {}) for v in value]
+        if isinstance(value, dict):
+            return {k: typed(v, (node.get("properties") or {}).get(k, {})) for k, v in value.items()}
+        return value
+
     def walk(target: dict, cli: dict, node: dict):
         for key, value in cli.items():
             sub = resolve((node.get("properties") or {}).get(key, {}))
             if isinstance(value, dict) and isinstance(target.get(key), dict):
                 walk(target[key], value, sub)
-            elif isinstance(value, str):
-                target[key] = _parsed(value, _types(sub))
-            elif isinstance(value, list) and isinstance(target.get(key), list):
-                items = resolve(sub.get("items") or {})
-                target[key] = [_parsed(v, _types(items)) if isinstance(v, str) else v for v in target[key]]
+            elif key in target:
+                target[key] = typed(target[key], sub)
 
     walk(config, given, full)
 

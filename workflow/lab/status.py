@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from . import plan, runs, settings
-from .units import registry
+from .units import registry, schemas
 
 
 def config_of(paths: list[str]) -> dict:
@@ -34,7 +34,9 @@ def config_of(paths: list[str]) -> dict:
 
 
 def check(run_dir: Path, config: dict) -> list[tuple[str, str]]:
-    """(table, state) for every table the config asks for: 'current', or why it is not."""
+    """(table, state) for every table the config asks for: 'current', or why it is not. The config is
+    checked as the workflow checks it first (settings.ConfigError naming the key)."""
+    settings.validate(config, schemas())
     settings.check(config, registry())
     found = []
     for key, want in plan.expected(config, registry()).items():
@@ -60,8 +62,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not args.run.is_dir():
         ap.error(f"{args.run} is not a run folder")
+    if not any(args.run.glob("*/*.parquet")) and any(args.run.glob("*/*/*.parquet")):
+        runs_in = sorted({p.parent.parent.name for p in args.run.glob("*/*/*.parquet")})
+        ap.error(f"{args.run} holds runs, it is not one: name one of {', '.join(runs_in)}")
     root = Path(__file__).resolve().parents[2]
-    states = check(args.run, config_of([str(root / "config.yaml"), *args.configfile]))
+    files = [str(root / "config.yaml"), *args.configfile]
+    try:
+        settings.check_files(files)
+        states = check(args.run, config_of(files))
+    except settings.ConfigError as refusal:
+        ap.error(str(refusal))
     width = max(len(k) for k, _ in states)
     for key, state in states:
         print(f"{key:<{width}}  {state}")

@@ -80,14 +80,19 @@ if len(_MADE_ON) > 1 and not config["overwrite_foreign_run"]:
                         + ". Move the tables that do not belong there out of the folder.")
 
 
-def _mark(marker, table_path, newer):
-    """Make a missing marker, dated a second after the table (newer: its job reruns) or before it (not)."""
-    if os.path.exists(marker):
+def _mark(marker, table_path, newer, content=None):
+    """Make a missing marker, or one whose content is not ``content`` (default: its name), dated a second
+    after the table (newer: its consumer reruns) or before it (not); with no table, now. Content as well as
+    date: Snakemake compares a small input's checksum with the one it recorded before it reruns for a date."""
+    named = content is None
+    content = (content or os.path.basename(marker)) + "\n"
+    if os.path.exists(marker) and (named or Path(marker).read_text() == content):
         return
     os.makedirs(os.path.dirname(marker), exist_ok=True)
-    Path(marker).write_text(os.path.basename(marker) + "\n")
-    dated = os.stat(table_path).st_mtime_ns + (1 if newer else -1) * 10**9
-    os.utime(marker, ns=(max(dated, time.time_ns()) if newer else dated,) * 2)
+    Path(marker).write_text(content)
+    if table_path is not None:
+        dated = os.stat(table_path).st_mtime_ns + (1 if newer else -1) * 10**9
+        os.utime(marker, ns=(max(dated, time.time_ns()) if newer else dated,) * 2)
 
 
 STALE, OUTDATED_FOREIGN = {}, []  # STALE: key -> the marker its job waits for
@@ -120,6 +125,23 @@ for _key in EXPERIMENTS:
 if OUTDATED_FOREIGN:
     print(f"Note: these tables of {OUT} were made by other settings or code than this checkout's, and only their "
           f"own machine can rerun them: {', '.join(OUTDATED_FOREIGN)}", file=sys.stderr)
+
+
+def report_marker(report):
+    """The report's one more input, always the same file: dated after the report where a table or figure
+    it reads is gone (deleted after it was made), before it otherwise. Snakemake plans no job for a
+    missing file whose consumers' outputs exist (as for a temp file), so without it a deleted table was
+    never made again; with it the report is out of date, and its missing inputs are made first."""
+    marker = f".snakemake/lab/report/{RUN}"
+    wanted = [table(key) for key in EXPERIMENTS if OWN_RUN] + [figure(name) for name in DRAWN]
+    gone = [f for f in wanted if not os.path.exists(f)]
+    if not os.path.exists(report):
+        _mark(marker, None, newer=False)
+    elif gone:  # named in the content with the report's date: a later deletion changes it again
+        _mark(marker, report, newer=True, content=f"{os.stat(report).st_mtime_ns} gone: {' '.join(gone)}")
+    else:
+        _mark(marker, report, newer=False)
+    return marker
 
 
 def experiment_key(kernel):

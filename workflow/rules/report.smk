@@ -13,6 +13,7 @@ rule report:
         claims="workflow/claims.yaml",
         figures=[figure(name) for name in DRAWN],
         code=[ancient(f) for f in REPORT_CODE],
+        marker=report_marker(REPORT),
     output:
         markdown=REPORT,
         html=report(f"{OUT}/claims.html", caption="../report/claims.rst", category="Claims"),

@@ -44,7 +44,11 @@ limits:
   size: {$ref: "#/$defs/past_int32"}
   p: {$ref: "#/$defs/probability"}
   dtype: {$ref: "#/$defs/dtype"}
-performance: {$ref: "#/$defs/bandwidth_sweep"}
+performance:  # 2**first .. 2**last elements
+  log2_sizes: {$ref: "#/$defs/log2_range"}
+  log2_step: {type: integer, minimum: 1, maximum: 30}
+  p: {$ref: "#/$defs/probability"}
+  dtype: {$ref: "#/$defs/dtype"}
 """)
 UNFUSED = "torch_unfused"
 PROVIDERS = {WRITEUP: "`kernels.relu_dropout_writeup`, the writeup's kernel as printed (one `tl.rand` per element, "

@@ -25,7 +25,10 @@ mask:
 limits:
   size: {$ref: "#/$defs/past_int32"}
   dtype: {$ref: "#/$defs/dtype"}
-performance: {$ref: "#/$defs/bandwidth_sweep"}
+performance:  # 2**first .. 2**last elements
+  log2_sizes: {$ref: "#/$defs/log2_range"}
+  log2_step: {type: integer, minimum: 1, maximum: 30}
+  dtype: {$ref: "#/$defs/dtype"}
 """)
 PROVIDERS = {WRITEUP: "`kernels.vector_add_writeup`, the writeup's add kernel as printed (int32 offsets)",
              TRITON: "`kernels.vector_add`: the writeup's kernel, variant `int64_offsets` (64-bit offsets where a size "
