@@ -1,5 +1,7 @@
 """FlashAttention against an fp64 reference with the FlashAttention rule: error no more than twice
 torch's own error at the same precision (plus eps). Small sizes: this runs in the interpreter."""
+import contextlib
+
 import pytest
 import torch
 
@@ -208,11 +210,10 @@ def test_the_flex_attention_peer_computes_the_same_attention():
     torch.testing.assert_close(out, flash_attention_ref(q, k, v, causal=True), atol=1e-5, rtol=0)
 
 
-@pytest.fixture
-def causal_ws(monkeypatch):
-    """The interpreter runs the causal forward as on Hopper for a '/ws' tile: the TMA kernel (descriptors,
-    without warp specialization) over the key tiles no row's mask cuts, then the pointer kernel over the
-    rest from the partial output and log-sum-exp it left. Yields the kernels launched, with constexprs."""
+@contextlib.contextmanager
+def tma_in_the_interpreter(monkeypatch, **tiles):
+    """The TMA kernels run in the interpreter as on Hopper (descriptors, without warp specialization), with
+    these tiles pinned. Yields the kernels launched, with their constexprs."""
     import triton
 
     from kernels import _flash_attention as fa
@@ -224,12 +225,23 @@ def causal_ws(monkeypatch):
     real = fa._prepare
     monkeypatch.setattr(fa, "_prepare", lambda kernel, *a, **kw: used.append((kernel, a[2])) or real(kernel, *a, **kw))
     previous = fa._allocator.get()
-    fa.pin(fwd="32x32/w4/s1/ws")
+    fa.pin(**tiles)
     try:
         yield used
     finally:
         fa.pin()
         triton.set_allocator(previous)
+
+
+@pytest.fixture
+def causal_ws(monkeypatch):
+    """The interpreter runs the causal forward as on Hopper for a '/ws' tile: the TMA kernel over the key
+    tiles no row's mask cuts, then the pointer kernel over the rest from the partial output and log-sum-exp
+    it left. Yields the kernels launched, with constexprs."""
+    from kernels import _flash_attention as fa
+
+    with tma_in_the_interpreter(monkeypatch, fwd="32x32/w4/s1/ws") as used:
+        yield used
     assert (fa._flash_fwd_tma_kernel, True) in [(kernel, consts.get("PARTIAL")) for kernel, consts in used]
     assert any(kernel is fa._flash_fwd_kernel and consts.get("WS_N") == 32 for kernel, consts in used)
 
@@ -283,24 +295,11 @@ def ws_causal(monkeypatch):
     """WS_CAUSAL (experimental) as on Hopper for '/ws' tiles, in the interpreter: the causal forward in one
     launch of the TMA kernel (no split), the two-pass backward's dK/dV by the TMA kernel, both masks counting
     rows (keys) from the tile's start. Yields the kernels launched, with constexprs."""
-    import triton
-
     from kernels import _flash_attention as fa
 
     monkeypatch.setattr(fa, "WS_CAUSAL", True)
-    monkeypatch.setattr(fa, "_tma_ready", lambda *tensors: True)
-    monkeypatch.setattr(fa, "_ensure_allocator", lambda: triton.set_allocator(
-        lambda size, alignment, stream: torch.empty(size, dtype=torch.int8)))
-    used = []
-    real = fa._prepare
-    monkeypatch.setattr(fa, "_prepare", lambda kernel, *a, **kw: used.append((kernel, a[2])) or real(kernel, *a, **kw))
-    previous = fa._allocator.get()
-    fa.pin(fwd="32x32/w4/s1/ws", bwd_dkdv="32x32/w4/s1/ws")
-    try:
+    with tma_in_the_interpreter(monkeypatch, fwd="32x32/w4/s1/ws", bwd_dkdv="32x32/w4/s1/ws") as used:
         yield used
-    finally:
-        fa.pin()
-        triton.set_allocator(previous)
     kernels = [(kernel, consts.get("CAUSAL"), consts.get("PARTIAL", consts.get("WS"))) for kernel, consts in used]
     assert (fa._flash_fwd_tma_kernel, True, False) in kernels  # one launch, masked throughout
     assert (fa._flash_bwd_tma_kernel, True, True) in kernels
@@ -321,19 +320,15 @@ def every_backward(request, monkeypatch):
     """Each backward kernel in turn: two_pass or one_pass by the pointer kernels, or two_pass with (as on
     Hopper) the '/ws' TMA dK/dV kernel. (The one-pass TMA kernel's dQ reduce-add has no interpreter
     form: test_flash_attention_gpu runs it.)"""
-    import triton
-
     from kernels import _flash_attention as fa
 
     kind, tma = request.param
     monkeypatch.setenv(fa.BACKWARD_ENV, kind)
     if tma:
-        monkeypatch.setattr(fa, "_tma_ready", lambda *tensors: True)
-        monkeypatch.setattr(fa, "_ensure_allocator", lambda: triton.set_allocator(
-            lambda size, alignment, stream: torch.empty(size, dtype=torch.int8)))
-        fa.pin(bwd_dkdv="32x32/w4/s1/ws")
-    yield
-    fa.pin()
+        with tma_in_the_interpreter(monkeypatch, bwd_dkdv="32x32/w4/s1/ws"):
+            yield
+    else:
+        yield
 
 
 def _grads(q, k, v, do, causal, fn=flash_attention, **kw):
