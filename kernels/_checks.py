@@ -13,9 +13,10 @@ FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 def tensor(x, name: str, *, ndim: int | tuple[int, ...] | None = None, dtypes=FLOATS) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.layout != torch.strided or x.is_nested:
-        raise TypeError(f"{name} must be a dense tensor (torch.strided layout), got a "
-                        f"{'nested' if x.is_nested else x.layout} one: pass {name}.to_dense()")
+    if x.is_nested:
+        raise TypeError(f"{name} must be a dense tensor (torch.strided layout), got a nested one")
+    if x.layout != torch.strided:
+        raise TypeError(f"{name} must be a dense tensor (torch.strided layout), got {x.layout}: pass {name}.to_dense()")
     if ndim is not None:
         allowed = (ndim,) if isinstance(ndim, int) else ndim
         if x.dim() not in allowed:
