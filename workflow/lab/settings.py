@@ -4,7 +4,6 @@ error names the offending key."""
 from __future__ import annotations
 
 import copy
-import math
 from pathlib import Path
 
 import jsonschema
@@ -140,19 +139,8 @@ def _ranges(node, path=""):
         yield path, node
 
 
-def _shapes(node, path=""):
-    """(key, shape) for every shape of every `shapes` list in the config."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from _shapes(value, f"{path}.{key}" if path else key)
-    elif path.rsplit(".", 1)[-1] == "shapes" and isinstance(node, list):
-        yield from ((path, shape) for shape in node if isinstance(shape, list))
-
-
 def check(config: dict, experiments: dict) -> None:
-    """``experiments``: the registry ('kernel/name' -> Experiment) the config's sections must name. A shape
-    may hold no more elements than the largest count any experiment takes (past_int32's maximum): its
-    dimensions are each in range, their product need not be."""
+    """``experiments``: the registry ('kernel/name' -> Experiment) the config's sections must name."""
     kernels = {e.kernel for e in experiments.values()}
     for kernel in kernels:
         for name in config.get(kernel, {}) or {}:
@@ -162,8 +150,3 @@ def check(config: dict, experiments: dict) -> None:
     for path, (first, last) in _ranges(config):
         if first > last:
             raise ConfigError(f"config key {path}: range [{first}, {last}] is empty (first > last)")
-    most = yaml.safe_load(SCHEMA.read_text())["$defs"]["past_int32"]["maximum"]
-    for path, shape in _shapes(config):
-        if math.prod(shape) > most:
-            raise ConfigError(f"config key {path}: shape {shape} holds {math.prod(shape)} elements, more than the "
-                              f"{most} any experiment takes")
