@@ -114,6 +114,15 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   reads [BLOCK/2, BLOCK) against the unshifted start (the TTGIR of both kernels, causal, shows it).
   Behind WS_CAUSAL (off): the causal forward in one '/ws' launch and the causal '/ws' dK/dV kernel. To
   run on the H200: tests/test_flash_attention_gpu.py's WS_CAUSAL test, then bench_ws_causal.py.
+- eighth round, right but not kept (WS_CAUSAL stays off): on the H200 (triton 3.6) the GPU test passes
+  and bench_ws_causal.py's errors against fp64 are the same with WS_CAUSAL on as off (bf16, lengths 113
+  to 4096, equal and unequal; max over out, dQ, dK, dV 0.0178 on, 0.0162 off at head_dim 128 and 80).
+  So the half-tile shift was the whole fault. Speed (head_dim 128, each setting tuned afresh, one
+  process), causal forward at S = 4096 / 8192 / 16384: 407 / 435 / 444 on against 411 / 452 / 490 off
+  (cuDNN 513 / 538 / 546); forward+backward 318 / 354 / 370 on against 318 / 357 / 382 (cuDNN 442 /
+  478 / 512). With it on the tuner never picked the one-launch '/ws' forward (128x64/w8/s3 won) nor the
+  causal '/ws' dK/dV kernel (64x64/w4/s2 won): the split forward is faster, and the +10% of rounds one
+  to five was work the wrong masks skipped.
 """
 from __future__ import annotations
 
