@@ -199,6 +199,8 @@ def _arguments(q, k, v) -> tuple[tuple, dict]:
     n_k = k.shape[0]
     if n_k == 0:
         raise ValueError("attention needs at least one key")
+    if d == 0:
+        raise ValueError(f"attention needs a head dimension of at least 1, got q of shape {tuple(q.shape)}")
     # The writeup's kernel uses one (row_stride, col_stride) pair for all four tensors: dense rows of d,
     # (d, 1). Not q's own strides: contiguous() keeps any stride on a dimension of size 1 (one query row
     # sliced from a fused qkv has a row stride of 3d), and k, v and out have (d, 1) whatever q has.

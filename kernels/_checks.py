@@ -21,6 +21,8 @@ def tensor(x, name: str, *, ndim: int | tuple[int, ...] | None = None, dtypes=FL
         allowed = (ndim,) if isinstance(ndim, int) else ndim
         if x.dim() not in allowed:
             raise ValueError(f"{name} must have {' or '.join(map(str, allowed))} dimensions, got shape {tuple(x.shape)}")
+    if x.is_neg():  # the kernels read memory as it is, without torch's lazy negation (e.g. z.conj().imag)
+        raise TypeError(f"{name} is a lazily negated view (torch's negative bit is set): pass {name}.resolve_neg()")
     if dtypes is not None and x.dtype not in dtypes:
         raise TypeError(f"{name} has unsupported dtype {x.dtype}; supported: {', '.join(map(str, dtypes))}")
     if backend.current() == "aot":
@@ -120,6 +122,12 @@ def output(out: torch.Tensor, name: str = "out", **inputs: torch.Tensor) -> None
                                           and out.stride() == t.stride()):
             raise ValueError(f"{name} overlaps {other} in memory with a different layout (offset, shape or "
                              f"strides): pass {other} itself for in-place use, or a tensor of its own")
+
+
+def rows_fit_int32(t: torch.Tensor) -> bool:
+    """Does the last element of t's last two dimensions (one row block of a head: offsets the kernels
+    compute in int32) lie less than 2^31 elements from the first?"""
+    return sum(s * (n - 1) for s, n in zip(t.stride()[-2:], t.shape[-2:])) < 2**31
 
 
 def overlaps_itself(t: torch.Tensor) -> bool:

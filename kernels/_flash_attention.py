@@ -56,10 +56,10 @@ CANDIDATES = {
 # A causal forward on a '/ws' tile runs the TMA kernel over the key tiles no row's mask cuts, then the
 # pointer kernel over those it cuts, with these (BLOCK_N, warps, stages) and the '/ws' tile's BLOCK_M.
 DIAGONAL_FWD = (64, 8, 2)
-# Experimental, off until the H200 has checked it: the '/ws' kernels under a causal mask, the forward in one
-# launch (no split) and the two-pass backward's dK/dV kernel. Both came out wrong on triton 3.6 until their
-# masks counted rows (keys) from the tile's start (see _flash_fwd_tma_kernel); compiled, their masks now
-# read the right rows in both consumer groups, but no GPU has run them in this form.
+# Off: the '/ws' kernels under a causal mask, the forward in one launch (no split) and the two-pass
+# backward's dK/dV kernel. Right on the H200 since their masks count rows (keys) from the tile's start (see
+# _flash_fwd_tma_kernel), but slower than the split forward and the pointer dK/dV kernel (the tuner picked
+# neither: workflow/scripts/tune_flash.py, eighth round).
 WS_CAUSAL = False
 SHARED_BUDGET = 180 * 1024  # of Hopper's 227 KiB per block, leaving room for what the estimate omits
 WS_BUDGET = 220 * 1024  # the '/ws' kernels' estimates are close to what they allocate
@@ -816,6 +816,8 @@ class _Plan:
         return f(q, k, v)
 
     def backward(self, do, q, k, v, o, lse):
+        if not _checks.rows_fit_int32(do):  # as for q, k and v in flash_attention()
+            do = do.contiguous()
         key = (do.stride(), o.stride(), backward_kind())
         b = self.backwards.get(key)
         if b is None or (b.tma and not _aligned((q, k, v, do))):  # as in forward(): TMA needs aligned bases
@@ -836,9 +838,12 @@ def _key(q, k, v, causal, sm_scale):
     """What decides a call's checks and launches, or None for arguments not of the plain kinds (they are
     checked, and planned, at every call)."""
     if (type(q) in _PLAIN and type(k) in _PLAIN and type(v) in _PLAIN and type(causal) is bool
-            and (sm_scale is None or type(sm_scale) is float)):
-        return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
-                v.shape, v.stride(), v.dtype, v.device, causal, sm_scale)
+            and (sm_scale is None or type(sm_scale) is float) and not (q.is_neg() or k.is_neg() or v.is_neg())):
+        try:
+            return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+                    v.shape, v.stride(), v.dtype, v.device, causal, sm_scale)
+        except RuntimeError:  # a nested tensor has no sizes
+            pass
     return None
 
 
@@ -946,6 +951,8 @@ def _check(q, k, v, sm_scale):
         raise ValueError(f"head_dim must be in [{HEAD_DIMS[0]}, {HEAD_DIMS[1]}], got {d}")
     if sq < 1 or sk < 1:
         raise ValueError(f"sequence lengths must be >= 1, got seq_q={sq}, seq_k={sk}")
+    if max(sq, sk) * d > 2**31:  # a head's rows, even dense, would leave the kernels' int32 offsets
+        raise ValueError(f"seq * head_dim must be <= 2^31 per head, got seq_q={sq}, seq_k={sk}, head_dim={d}")
     if sm_scale is not None and not (math.isfinite(_checks.real(sm_scale, "sm_scale")) and sm_scale > 0):
         raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale!r}")
 
@@ -970,8 +977,11 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         sm_scale = None if sm_scale is None else float(sm_scale)
         # The backward writes each gradient with its input's strides: an input whose elements share memory
         # (stride 0, e.g. K/V expanded across heads; an unfold's overlapping windows) would have them write
-        # into one place. A dense copy instead; autograd sums its gradient back through the view.
-        q, k, v = (t.contiguous() if _checks.overlaps_itself(t) else t for t in (q, k, v))
+        # into one place, and one whose rows lie 2^31 elements apart or more (a long (B, S, H, D) tensor's
+        # transpose(1, 2)) would leave the kernels' int32 row offsets. A dense copy instead; autograd sums
+        # its gradient back through the view.
+        q, k, v = (t.contiguous() if _checks.overlaps_itself(t) or not _checks.rows_fit_int32(t) else t
+                   for t in (q, k, v))
         if torch.compiler.is_compiling():
             return _forward_op(q, k, v, causal, _scale(q.shape[-1], sm_scale))[0]
         plan = _plan(q, k, v, causal, sm_scale)

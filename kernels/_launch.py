@@ -24,6 +24,8 @@ import functools
 import os
 import threading
 
+import torch
+
 from . import backend
 from ._triton import triton
 
@@ -40,12 +42,23 @@ LOCK = threading.RLock()
 
 
 def serialized(fn):
-    """fn, run holding LOCK."""
+    """fn, run holding LOCK, and on the GPU of its first tensor argument: Triton launches on the current
+    device, which on a machine of several GPUs need not be the one the tensors are on."""
     @functools.wraps(fn)
     def locked(*args, **kwargs):
         with LOCK:
+            if _several_gpus():
+                first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+                if first is not None and first.is_cuda and first.get_device() != torch.cuda.current_device():
+                    with torch.cuda.device(first.device):
+                        return fn(*args, **kwargs)
             return fn(*args, **kwargs)
     return locked
+
+
+@functools.lru_cache(maxsize=None)
+def _several_gpus() -> bool:
+    return backend.current() == "gpu" and torch.cuda.device_count() > 1
 
 
 def enabled() -> bool:

@@ -66,9 +66,45 @@ BAD = [
     (lambda: softmax(randn(2, 3), out=randn(2, 3).to_sparse()), TypeError, "out must be a dense tensor"),
     (lambda: attention(randn(5, 32), randn(15, 32).to_sparse(), randn(15, 32)), TypeError, "k must be a dense"),
     (lambda: flash_attention(qkv()[0].to_sparse(), *qkv()[1:]), TypeError, "q must be a dense tensor"),
+    # nested: refused by the checks, not by the plan lookup before them
+    (lambda: flash_attention(torch.nested.nested_tensor([t[0] for t in qkv()[:1]]), *qkv()[1:]), TypeError,
+     "q must be a dense tensor"),
+    (lambda: flash_attention(qkv()[0], torch.nested.nested_tensor([qkv()[1][0]]), qkv()[2]), TypeError,
+     "k must be a dense tensor"),
+    # a head dimension of 0 (the writeup's launcher would divide by sqrt(0))
+    (lambda: attention(randn(5, 0), randn(3, 0), randn(3, 0)), ValueError, "head dimension"),
+    (lambda: kernels.attention_writeup(randn(5, 0), randn(3, 0), randn(3, 0)), ValueError, "head dimension"),
 ]
 
 
+def negated(*shape):
+    """A real tensor with torch's negative bit set (a lazily negated view): memory holds minus its values."""
+    return randn(*shape, 2).contiguous().view(torch.complex64)[..., 0].conj().imag
+
+
+NEGATED = {
+    "vector_add": lambda: vector_add(negated(4), randn(4)),
+    "relu_dropout": lambda: relu_dropout(negated(8), 0.5, 0),
+    "softmax": lambda: softmax(negated(2, 3)),
+    "softmax out": lambda: softmax(randn(2, 3), out=negated(2, 3)),
+    "softmax_backward": lambda: kernels.softmax_backward(randn(2, 3), negated(2, 3)),
+    "attention": lambda: attention(randn(5, 32), negated(15, 32), randn(15, 32)),
+    "flash_attention": lambda: flash_attention(negated(1, 2, 8, 32), *qkv()[1:]),
+}
+
+
+@pytest.mark.parametrize("name", NEGATED)
+def test_a_lazily_negated_view_is_refused_not_read_as_its_memory(name):
+    """The kernels read memory as it is: a tensor whose negative bit is set (e.g. z.conj().imag) would
+    be computed on with the wrong sign. flash_attention is called plainly first, so that a plan for the
+    same shapes and strides exists: its lookup must not skip the check."""
+    assert negated(3).is_neg()
+    flash_attention(randn(1, 2, 8, 32), *qkv()[1:])
+    with pytest.raises(TypeError, match="negative bit"):
+        NEGATED[name]()
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 @pytest.mark.parametrize("call, error, word", BAD, ids=[f"case{i}" for i in range(len(BAD))])
 def test_bad_call_is_refused_naming_the_argument(call, error, word):
     with pytest.raises(error) as err:
@@ -225,3 +261,15 @@ def test_scalars_of_the_wrong_type_are_refused_for_their_type(name, value):
     if name == "p" or name == "seed":
         with pytest.raises(TypeError, match=name):  # the backward checks them the same way
             kernels.relu_dropout_backward(randn(64), randn(64), *((value, 3) if name == "p" else (0.5, value)))
+
+
+@pytest.mark.parametrize("name", WITH_OUT)
+def test_an_out_of_one_column_is_taken_whatever_its_column_stride(name, monkeypatch):
+    """torch counts a (5, 1) tensor of strides (1, 5) as contiguous (a size-1 dimension's stride is never
+    used), so an out= of that layout is a valid one."""
+    fn = WITH_OUT[name](monkeypatch)
+    x = randn(5, 1)
+    out = torch.empty(1, 5, device=DEVICE).t()
+    assert out.stride() == (1, 5) and out.is_contiguous()
+    fn(x, out=out)
+    torch.testing.assert_close(out, torch.softmax(x, dim=1))

@@ -5,7 +5,7 @@ import contextlib
 import pytest
 import torch
 
-from conftest import FLOAT_DTYPES, ON_GPU, randn
+from conftest import DEVICE, FLOAT_DTYPES, ON_GPU, randn
 from kernels import flash_attention, flash_attention_ref
 from kernels._flash_attention import causal_mask
 from lab.verify import attention_eps, flash_errors, within_fa_rule
@@ -123,6 +123,37 @@ def test_gradients_of_inputs_whose_rows_overlap_in_memory_are_summed_over_them(w
     tol = max(1e-4, attention_eps(torch.float32, ON_GPU))
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=tol, rtol=1e-4)
+
+
+def rows_apart(seq, d, stride, seed):
+    """A (1, 1, seq, d) fp16 view whose rows lie ``stride`` elements apart in one buffer (as a long
+    (B, S, H, D) tensor's transpose(1, 2) has them), its rows filled and nothing else touched."""
+    t = torch.empty(stride * (seq - 1) + d, dtype=torch.float16, device=DEVICE).as_strided(
+        (1, 1, seq, d), (0, 0, stride, 1))
+    return t.copy_(randn(1, 1, seq, d, dtype=torch.float16, seed=seed))
+
+
+def test_rows_2_to_the_31_elements_apart_are_read_and_written_right():
+    """The last row of q, and of the output gradient, lies 2^31 elements from the first: past the int32
+    row offsets of the kernels (the process crashed, or read other memory). Each is computed on a dense copy."""
+    seq, d = 17, 16
+    q = rows_apart(seq, d, 2**31 // (seq - 1), seed=0).requires_grad_()
+    k, v = (randn(1, 1, seq, d, dtype=torch.float16, seed=i).requires_grad_() for i in (1, 2))
+    do = rows_apart(seq, d, 2**31 // (seq - 1), seed=3)
+    assert q.stride(-2) * (seq - 1) == 2**31
+    got = (flash_attention(q, k, v), *torch.autograd.grad(flash_attention(q, k, v), (q, k, v), do))
+    ref = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    out = flash_attention_ref(*ref)
+    want = (out, *torch.autograd.grad(out, ref, do.double()))
+    for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
+        assert (g.double() - w).abs().max() < 4e-3, name
+
+
+def test_a_head_too_long_for_int32_offsets_even_dense_is_refused():
+    q = torch.empty(1, 1, 2**25 + 1, 64, dtype=torch.float16, device=DEVICE)  # 4 GiB, never touched
+    k = v = randn(1, 1, 1, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="seq_q=33554433"):
+        flash_attention(q, k, v)
 
 
 NONFINITE = {  # (where, value): one element of q, k or v made non-finite
@@ -292,7 +323,7 @@ def test_the_causal_split_stores_the_pointer_kernels_log_sum_exp(sq, sk, keys, c
 
 @pytest.fixture
 def ws_causal(monkeypatch):
-    """WS_CAUSAL (experimental) as on Hopper for '/ws' tiles, in the interpreter: the causal forward in one
+    """WS_CAUSAL (off by default) as on Hopper for '/ws' tiles, in the interpreter: the causal forward in one
     launch of the TMA kernel (no split), the two-pass backward's dK/dV by the TMA kernel, both masks counting
     rows (keys) from the tile's start. Yields the kernels launched, with constexprs."""
     from kernels import _flash_attention as fa

@@ -294,7 +294,7 @@ def test_every_warp_specialized_dkdv_tile_is_right_and_never_runs_causal(tile, d
 @pytest.mark.parametrize("dkdv", [str(fa.Tile(*t)) for t in fa.CANDIDATES["bwd_dkdv"] if t[4:]])
 @pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (128, torch.float16), (80, torch.bfloat16)])
 def test_with_ws_causal_the_tma_kernels_run_under_the_mask_and_are_right(fwd, dkdv, d, dtype, monkeypatch):
-    """WS_CAUSAL (experimental): a causal call runs the '/ws' forward in one launch and the '/ws' dK/dV
+    """WS_CAUSAL (off by default): a causal call runs the '/ws' forward in one launch and the '/ws' dK/dV
     kernel, and both must give the reference (forward, and the gradients through the log-sum-exp the
     forward stored) at lengths whose diagonal cuts tiles at every offset, unequal both ways, strided."""
     monkeypatch.setattr(fa, "WS_CAUSAL", True)

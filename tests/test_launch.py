@@ -194,3 +194,25 @@ def test_a_prepared_launch_calls_the_compiled_launcher_itself_unless_a_hook_or_s
         _launch.triton.knobs.runtime.launch_enter_hook.remove(hook)
     prepared(x)
     assert [e[0] for e in direct.log[2:]] == ["direct", "launcher"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_every_kernel_runs_on_the_gpu_of_its_tensors_not_the_current_one():
+    """Triton launches on the current device: tensors on cuda:1 while cuda:0 is current must still be
+    computed on cuda:1 (kernels._launch.serialized switches), forward and backward."""
+    import kernels
+    from kernels import flash_attention_ref
+
+    torch.cuda.set_device(0)
+    x, y = (torch.randn(1000, 300, device="cuda:1") for _ in range(2))
+    torch.testing.assert_close(kernels.vector_add(x, y), x + y)
+    torch.testing.assert_close(kernels.softmax(x), torch.softmax(x, dim=1))
+    torch.testing.assert_close(kernels.relu_dropout(x, 0.0, 0), torch.relu(x))
+    q, k, v = (torch.randn(2, 3, 200, 64, device="cuda:1", dtype=torch.float16, requires_grad=True) for _ in range(3))
+    out = kernels.flash_attention(q, k, v, causal=True)
+    grads = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    ref = flash_attention_ref(q, k, v, causal=True)
+    want = torch.autograd.grad(ref, (q, k, v), torch.ones_like(ref))
+    assert out.device == q.device and torch.cuda.current_device() == 0
+    for got, exp in zip((out, *grads), (ref, *want)):
+        torch.testing.assert_close(got.float(), exp.float(), atol=2e-2, rtol=0)
