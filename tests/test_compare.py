@@ -2,6 +2,7 @@
 numeric order, NaN parameters kept, launch-bound points apart, the claims' verdicts diffed; and on the
 committed pair (same code, one GPU vs two), few points flagged."""
 import copy
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -229,3 +230,17 @@ def test_what_only_one_run_has_is_listed():
     assert "## What only one run has" in page and "gone/performance" in page
     assert compare.coverage(a, a).empty and "What only one run has" not in compare.markdown("a", "a", a, a,
                                                                                            compare.compare(a, a))
+
+
+def test_an_unreadable_table_is_listed_as_failed_not_a_crash(tmp_path):
+    """A table cut short in one run: the comparison names it (failed, with why) and compares the rest."""
+    run = tmp_path / "cut"
+    shutil.copytree(ROOT / "results/nvidia-h200", run, ignore=shutil.ignore_patterns("*.png", "logs"))
+    bug = run / "softmax/performance.parquet"
+    bug.write_bytes(bug.read_bytes()[:100])
+    a, b = compare.read_run(ROOT / "results/nvidia-h200"), compare.read_run(run)
+    assert "cannot be read" in b["softmax/performance"]["error"].iloc[0]
+    listed = compare.coverage(a, b).set_index("table")
+    assert listed.loc["softmax/performance", "b"] == "failed"
+    joined = compare.compare(a, b)
+    assert not joined.empty and "softmax/performance" not in set(joined["table"])

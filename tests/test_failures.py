@@ -151,6 +151,20 @@ def test_an_unreadable_table_of_another_machine_leaves_its_claims_not_settled(pr
     assert plan.get("report") == 1 and "figure_softmax_bug" not in plan and not set(plan) & EXPERIMENT_RULES
 
 
+def test_a_table_missing_from_another_machines_run_leaves_its_claims_not_settled(project):
+    """A copy of the committed GPU run without one table (as a run made before a new experiment lacks its
+    table): the plan names it, draws none of its figures, runs no experiment, and builds the report."""
+    run = project / "results/h200gap"
+    for table in (ROOT / "results/nvidia-h200").glob("*/*.parquet"):
+        if table.parent.name != "softmax" or table.name != "bug.parquet":
+            (run / table.parent.name).mkdir(parents=True, exist_ok=True)
+            (run / table.parent.name / table.name).write_bytes(table.read_bytes())
+    done = smk(project, "-n", "--config", "run=h200gap")
+    assert "has no table softmax/bug" in done.stderr and "not settled" in done.stderr
+    plan = job_stats(done.stdout)
+    assert plan.get("report") == 1 and "figure_softmax_bug" not in plan and not set(plan) & EXPERIMENT_RULES
+
+
 DYING_BUG = b'''
 
 @experiment()

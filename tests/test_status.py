@@ -86,3 +86,26 @@ def test_an_unreadable_table_is_named_and_nothing_else_breaks(run, how, capsys):
     assert status.main([str(run), "--configfile", str(ROOT / "tests/tiny_config.yaml")]) == 1
     out = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines()[:-1])
     assert out["softmax/bug"].startswith("unreadable: ") and out["softmax/wide"].strip() == "current"
+
+
+def test_a_folder_of_runs_beside_comparisons_or_the_comparisons_are_not_a_run(run, tmp_path_factory, capsys):
+    """results/ holds runs and compare/ (whose tables lie one level down, like a run's): neither is a run."""
+    results = tmp_path_factory.mktemp("results")
+    shutil.copytree(run, results / "some-run")
+    (results / "compare").mkdir()
+    (results / "compare/a_vs_b.parquet").write_bytes(b"")
+    for folder, words in ((results, "holds runs, it is not one: name one of some-run"),
+                          (results / "compare", "holds tables of its own")):
+        with pytest.raises(SystemExit) as done:
+            status.main([str(folder)])
+        assert done.value.code == 2 and words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [None, b"\xff\xfe\x00binary", b"a: [unclosed"], ids=["missing", "binary", "not yaml"])
+def test_a_config_file_that_cannot_be_read_is_a_usage_error_naming_it(run, tmp_path, capsys, content):
+    path = tmp_path / "more.yaml"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(SystemExit) as done:
+        status.main([str(run), "--configfile", str(path)])
+    assert done.value.code == 2 and "cannot be read" in capsys.readouterr().err

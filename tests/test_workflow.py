@@ -210,6 +210,28 @@ def test_a_deleted_table_or_figure_is_made_again_and_then_nothing(project):
     assert planned(project) == {}
 
 
+def test_a_figure_drawn_again_from_the_same_tables_has_the_same_bytes(project):
+    """Reproducible down to the file: the dropout figure's strip-plot jitter is random, so a redraw
+    changed the committed PNG until the figure script seeded it."""
+    png = project / "results/tiny/figures/dropout_rates.png"
+    before = png.read_bytes()
+    smk(project, "--cores", "1", "--forcerun", "figure_dropout_rates", "--", str(png.relative_to(project)))
+    assert png.read_bytes() == before
+
+
+def test_a_comparison_is_made_again_when_a_table_of_either_run_changes(project):
+    """Compared tables are read as they are (`ancient`: their dates do not count), but their content does:
+    a table that appears in a run (a failed experiment made again, say) makes the comparison again."""
+    copy = project / "results/tinycopy"
+    shutil.copytree(project / "results/tiny", copy)
+    (copy / "softmax/bug.parquet").unlink()
+    smk(project, "--cores", "1", "results/compare/tiny_vs_tinycopy.md")
+    assert planned(project, "results/compare/tiny_vs_tinycopy.md") == {}
+    shutil.copy2(project / "results/tiny/softmax/bug.parquet", copy / "softmax/bug.parquet")
+    assert planned(project, "results/compare/tiny_vs_tinycopy.md") == {"compare": 1}
+    shutil.rmtree(copy)
+
+
 def test_touching_sources_reruns_nothing(project):
     """A checkout's file dates say nothing about content: only content decides."""
     for f in [*project.glob("kernels/*.py"), *project.glob("workflow/lab/**/*.py")]:

@@ -17,7 +17,7 @@ import pandas as pd
 from . import claims as claims_mod
 from .provenance import COLUMNS as PROVENANCE
 from .summary import CEILINGS
-from .table import read
+from .table import read_each
 
 # Run-to-run spread of GPU timings across processes and machines (boost clocks, temperature, which GPU,
 # where memory lands) is typically a few percent, even where one run's own p20..p80 band is under 1%:
@@ -262,6 +262,7 @@ def figure(name_a: str, name_b: str, joined: pd.DataFrame):
         ax.text(0.5, 0.5, "no timed point measured by both runs", ha="center", va="center")
         ax.set_axis_off()
     else:
+        np.random.seed(0)  # the strip plot's jitter draws from numpy's global state: the same bytes each time
         shown = joined.assign(row=joined["table"].where(~joined["launch_bound"], joined["table"] + " (launch-bound)"))
         sns.stripplot(data=shown.sort_values("row"), x="ratio", y="row", hue="verdict", hue_order=list(VERDICTS),
                       palette={"same": "tab:grey", "better": "tab:green", "worse": "tab:red"}, jitter=0.25, ax=ax)
@@ -283,6 +284,13 @@ def run_tables(run_dir: str | Path) -> dict[str, Path]:
     return {f"{p.parent.name}/{p.stem}": p for p in sorted(Path(run_dir).glob("*/*.parquet"))}
 
 
+def read_tables(named: dict) -> dict[str, pd.DataFrame]:
+    """{key: path} -> {key: table} as compare() takes them; a table that cannot be read counts as failed,
+    saying why (listed in the comparison, not compared)."""
+    tables, unreadable = read_each(named)
+    return {**tables, **{key: pd.DataFrame({"status": ["failed"], "error": [why]}) for key, why in unreadable.items()}}
+
+
 def read_run(run_dir: str | Path) -> dict[str, pd.DataFrame]:
     """A run's tables as compare() takes them: 'kernel/experiment' -> DataFrame."""
-    return {key: read(path) for key, path in run_tables(run_dir).items()}
+    return read_tables(run_tables(run_dir))

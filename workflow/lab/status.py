@@ -62,9 +62,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not args.run.is_dir():
         ap.error(f"{args.run} is not a run folder")
-    if not any(args.run.glob("*/*.parquet")) and any(args.run.glob("*/*/*.parquet")):
+    if any(args.run.glob("*/*/*.parquet")):  # a run's tables are one level down (<kernel>/<experiment>.parquet)
         runs_in = sorted({p.parent.parent.name for p in args.run.glob("*/*/*.parquet")})
         ap.error(f"{args.run} holds runs, it is not one: name one of {', '.join(runs_in)}")
+    if any(args.run.glob("*.parquet")) and not any(args.run.glob("*/*.parquet")):
+        ap.error(f"{args.run} holds tables of its own (as results/compare holds comparisons), not a run's "
+                 "<kernel>/<experiment>.parquet tables")
     root = Path(__file__).resolve().parents[2]
     files = [str(root / "config.yaml"), *args.configfile]
     try:
@@ -72,6 +75,8 @@ def main(argv=None) -> int:
         states = check(args.run, config_of(files))
     except settings.ConfigError as refusal:
         ap.error(str(refusal))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as unreadable:  # a config file missing, binary, not YAML
+        ap.error(f"a config file cannot be read: {unreadable}")
     width = max(len(k) for k, _ in states)
     for key, state in states:
         print(f"{key:<{width}}  {state}")

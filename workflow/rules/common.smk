@@ -122,6 +122,13 @@ for _key in EXPERIMENTS:
         _mark(STALE[_key], table(_key), newer=False)
     elif not OWN_RUN and (_rec["config_hash"], _rec["code_hash"]) != (provenance.digest(SETTINGS[_key]), CODE_HASH[_key]):
         OUTDATED_FOREIGN.append(_key)
+# Another machine's run that lacks a table this config asks for (made before its experiment existed, say):
+# nothing here can make it, so its claims are not settled and its figures are not drawn.
+MISSING_FOREIGN = [] if OWN_RUN else [key for key in EXPERIMENTS if not os.path.exists(table(key))]
+if MISSING_FOREIGN:
+    print(f"Note: {OUT} has no table {', '.join(MISSING_FOREIGN)}, and only its own machine can make one: the "
+          "claims and figures that need it are not settled.", file=sys.stderr)
+READ = [key for key in EXPERIMENTS if key not in MISSING_FOREIGN]  # the tables the report reads
 if OUTDATED_FOREIGN:
     print(f"Note: these tables of {OUT} were made by other settings or code than this checkout's, and only their "
           f"own machine can rerun them: {', '.join(OUTDATED_FOREIGN)}", file=sys.stderr)
@@ -175,8 +182,15 @@ with open(os.path.join(ROOT, "workflow/claims.yaml")) as _fh:
     CLAIMS = yaml.safe_load(_fh)
 claims.check_declarations(CLAIMS, units.figures())
 claims.check_probes(CLAIMS, config)
-DRAWN = {name: fig for name, fig in units.drawable(EXPERIMENTS).items()
-         if OWN_RUN or not set(fig.tables) & set(UNREADABLE)}  # a foreign run's unreadable table draws nothing
+DRAWN = {name: fig for name, fig in units.drawable(EXPERIMENTS).items()  # a foreign run's unreadable or
+         if OWN_RUN or not set(fig.tables) & {*UNREADABLE, *MISSING_FOREIGN}}  # missing table draws nothing
+
+
+def compared_contents(wildcards):
+    """A hash of both runs' table files, the compare rule's params: their dates do not count (`ancient`),
+    so this is what makes a comparison again when a table it reads changes, appears or goes."""
+    return sources.digest(str(path) for side in ("a", "b")
+                          for path in run_tables(f"results/{wildcards[side]}").values())
 
 
 def compared_tables(wildcards):

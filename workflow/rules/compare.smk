@@ -22,5 +22,6 @@ rule compare:
         "results/compare/logs/{a}_vs_{b}.log",
     params:
         code=sources.digest(COMPARE_CODE),
+        tables=compared_contents,
     script:
         "../scripts/compare.py"

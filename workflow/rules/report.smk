@@ -9,7 +9,7 @@ REPORT_CODE = plan.code_files("lab.report", *(m.__name__ for m in units.load()))
 rule report:
     localrule: True
     input:
-        **{input_name(key): table(key) for key in EXPERIMENTS},
+        **{input_name(key): table(key) for key in READ},
         claims="workflow/claims.yaml",
         figures=[figure(name) for name in DRAWN],
         code=[ancient(f) for f in REPORT_CODE],

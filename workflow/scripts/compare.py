@@ -6,15 +6,16 @@ import yaml
 
 from lab import compare
 from lab.plots import save
-from lab.table import atomic_path, key_of, read, write_parquet
+from lab.table import atomic_path, key_of, write_parquet
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)
 sys.stdout = sys.stderr = open(smk.log[0], "w")
-runs = {"a": {}, "b": {}}
+paths = {"a": {}, "b": {}}
 for name, path in smk.input.items():
     side, _, key = name.partition("__")
-    if side in runs:
-        runs[side][key_of(key)] = read(path)
+    if side in paths:
+        paths[side][key_of(key)] = path
+runs = {side: compare.read_tables(named) for side, named in paths.items()}
 with open(smk.input.claims) as fh:
     claims = yaml.safe_load(fh)
 a, b = smk.wildcards.a, smk.wildcards.b

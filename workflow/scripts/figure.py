@@ -16,6 +16,9 @@ from lab import summary, units  # noqa: E402
 from lab.plots import placeholder, save  # noqa: E402
 from lab.table import atomic_path, input_name, read  # noqa: E402
 
+import numpy as np  # noqa: E402
+
+np.random.seed(0)  # seaborn's strip-plot jitter draws from numpy's global state: a redraw gives the same bytes
 fig = units.figures()[smk.params.name]
 tables = {key: read(smk.input[input_name(key)]) for key in fig.tables}
 failed = [t for t in tables.values() if summary.failed(t)]  # an experiment that raised
