@@ -21,7 +21,10 @@ def tensor(x, name: str, *, ndim: int | tuple[int, ...] | None = None, dtypes=FL
         allowed = (ndim,) if isinstance(ndim, int) else ndim
         if x.dim() not in allowed:
             raise ValueError(f"{name} must have {' or '.join(map(str, allowed))} dimensions, got shape {tuple(x.shape)}")
-    if x.is_neg():  # the kernels read memory as it is, without torch's lazy negation (e.g. z.conj().imag)
+    # The kernels read memory as it is, without torch's lazy negation (e.g. z.conj().imag). Not under
+    # torch.compile, which cannot trace is_neg (and whose graphs, Inductor's at least, read such an input
+    # as its memory in torch's own ops too: torch 2.13, `a + 1` on a negated view is wrong there).
+    if not torch.compiler.is_compiling() and x.is_neg():
         raise TypeError(f"{name} is a lazily negated view (torch's negative bit is set): pass {name}.resolve_neg()")
     if dtypes is not None and x.dtype not in dtypes:
         raise TypeError(f"{name} has unsupported dtype {x.dtype}; supported: {', '.join(map(str, dtypes))}")
