@@ -62,9 +62,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not args.run.is_dir():
         ap.error(f"{args.run} is not a run folder")
-    if any(args.run.glob("*/*/*.parquet")):  # a run's tables are one level down (<kernel>/<experiment>.parquet)
-        runs_in = sorted({p.parent.parent.name for p in args.run.glob("*/*/*.parquet")})
-        ap.error(f"{args.run} holds runs, it is not one: name one of {', '.join(runs_in)}")
+    runs_in = {p.parent.parent.name for p in args.run.glob("*/*/*.parquet")}  # a run's own are one level down
+    if runs_in:
+        ap.error(f"{args.run} holds runs, it is not one: name one of {', '.join(sorted(runs_in))}")
     if any(args.run.glob("*.parquet")) and not any(args.run.glob("*/*.parquet")):
         ap.error(f"{args.run} holds tables of its own (as results/compare holds comparisons), not a run's "
                  "<kernel>/<experiment>.parquet tables")

@@ -189,8 +189,7 @@ DRAWN = {name: fig for name, fig in units.drawable(EXPERIMENTS).items()  # a for
 def compared_contents(wildcards):
     """A hash of both runs' table files, the compare rule's params: their dates do not count (`ancient`),
     so this is what makes a comparison again when a table it reads changes, appears or goes."""
-    return sources.digest(str(path) for side in ("a", "b")
-                          for path in run_tables(f"results/{wildcards[side]}").values())
+    return sources.digest(str(path) for path in compared_tables(wildcards).values())
 
 
 def compared_tables(wildcards):
