@@ -53,6 +53,8 @@ CANDIDATES = {
     "bwd_one_pass": [(64, 128, 8, 3), (64, 64, 4, 3), (64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2),
                      (32, 32, 4, 1)],
 }  # from workflow/scripts/tune_flash.py on the H200: the tiles that won or came close at some shape
+# The head-dim blocks at which the '/ws' tiles are offered: where they paid on the H200.
+WS_HEAD_DIMS = {"fwd": (64, 128), "bwd_dkdv": (128,)}
 # A causal forward on a '/ws' tile runs the TMA kernel over the key tiles no row's mask cuts, then the
 # pointer kernel over those it cuts, with these (BLOCK_N, warps, stages) and the '/ws' tile's BLOCK_M.
 DIAGONAL_FWD = (64, 8, 2)
@@ -91,7 +93,7 @@ def candidates(kind: str, block_d: int, element_size: int, interpreter: bool, tm
     for bwd_one_pass its tiles are estimated for the TMA kernel)."""
     if interpreter:  # one small tile: the interpreter's cost is per program
         return [Tile(32, 32, 4, 1)]
-    tiles = [Tile(*t) for t in CANDIDATES[kind] if not t[4:] or (tma and block_d == 128)]  # where it paid
+    tiles = [Tile(*t) for t in CANDIDATES[kind] if not t[4:] or (tma and block_d in WS_HEAD_DIMS.get(kind, ()))]
     return [t for t in tiles if fits(kind, t, block_d, element_size, tma)] or tiles[-1:]
 
 
@@ -226,81 +228,105 @@ def _flash_fwd_tma_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
-    n_heads, seq_q, seq_k, qk_scale,
+    n_heads, seq_q, seq_k, qk_scale, n_bh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_K: tl.constexpr, PARTIAL: tl.constexpr,
+    FLAT: tl.constexpr,
 ):
     # The forward on Hopper (a '/ws' tile): _flash_fwd_kernel's arithmetic, with the tiles moved by the
-    # tensor-memory accelerator through one 2-D descriptor per head (a head's rows past its length
-    # arrive as zeros, never from the next head) and the loop warp-specialized: a producer warp group
-    # issues the copies, two consumer groups run the dots and the softmax. Triton (3.6-3.9) specializes
-    # one loop per kernel and none with a branch inside, so the key loop is one loop, masked throughout
-    # unless no tile needs it (EVEN_K: seq_k a multiple of BLOCK_N, or PARTIAL, below). Measured on the H200
-    # with triton 3.6 (workflow/scripts/tune_flash.py's docstring): right and faster at head_dim 128
-    # without a causal mask; with one in the loop, the rows' mask comes out wrong, and so did a pair that
-    # handed an fp32 state to this kernel through pointer loads around the loop. So a causal call runs
-    # here PARTIAL: the key tiles that no row's mask cuts, unmasked, and nothing read but through
-    # descriptors; the output over them, normalised, and its log-sum-exp (-inf where a row saw no key)
-    # go to o and lse_ptr, from which _flash_fwd_kernel (WS_N) runs the tiles at the diagonal.
+    # tensor-memory accelerator (a head's rows past its length arrive as zeros, never from the next
+    # head) and the key loop warp-specialized: a producer warp group issues the copies, two consumer
+    # groups run the dots and the softmax. Persistent when the grid is smaller than the tiles (without a
+    # causal mask: _Forward): about one program per SM, each running query tiles in a grid-stride loop
+    # (16 heads x 4096 rows, head_dim 128, on the H200: 595-608 TFLOP/s against 519-529 with a program
+    # per tile, which paid a prologue and an epilogue per tile); causal, the longest tiles first.
+    # FLAT (whole tiles, heads one after another: _flat): the descriptors are made once per program;
+    # else per tile, over its head. Triton 3.6's warp specialization
+    # takes no tl.reshape, so no 3-D or 4-D descriptor. Triton (3.6-3.9) specializes one loop per kernel
+    # and none with a branch inside, so the key loop is one loop, masked throughout unless no tile needs
+    # it (EVEN_K: seq_k a multiple of BLOCK_N, or PARTIAL, below). Under a causal mask (PARTIAL) it runs
+    # the key tiles that no row's mask cuts, unmasked; the output over them, normalised, and its
+    # log-sum-exp (-inf where a row saw no key) go to o and lse_ptr, from which _flash_fwd_kernel (WS_N)
+    # runs the tiles at the diagonal (measured faster than the mask inside this loop: tune_flash.py).
     # The caller guarantees a unit stride in head_dim and 16-byte aligned bases and strides (_tma_ready).
     MASK: tl.constexpr = (CAUSAL and not PARTIAL) or not EVEN_K
-    start_m, bh = _tile_and_head(seq_q, BLOCK_M)
-    b = (bh // n_heads).to(tl.int64)
-    h = (bh % n_heads).to(tl.int64)
-    q_desc = _head_rows(q_ptr, b, h, stride_qb, stride_qh, stride_qm, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
-    k_desc = _head_rows(k_ptr, b, h, stride_kb, stride_kh, stride_kn, seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)
-    v_desc = _head_rows(v_ptr, b, h, stride_vb, stride_vh, stride_vn, seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)
-    o_desc = _head_rows(o_ptr, b, h, stride_ob, stride_oh, stride_om, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
+    tiles = tl.cdiv(seq_q, BLOCK_M)
+    if FLAT:  # every head's rows one after another, in whole tiles: one descriptor per tensor, made once
+        q_desc = _head_rows(q_ptr, 0, 0, 0, 0, stride_qm, n_bh * seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
+        k_desc = _head_rows(k_ptr, 0, 0, 0, 0, stride_kn, n_bh * seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)
+        v_desc = _head_rows(v_ptr, 0, 0, 0, 0, stride_vn, n_bh * seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)
+        o_desc = _head_rows(o_ptr, 0, 0, 0, 0, stride_om, n_bh * seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
+        if STORE_LSE or PARTIAL:
+            lse_desc = tl.make_tensor_descriptor(lse_ptr, shape=[n_bh * seq_q, 4], strides=[4, 1],
+                                                 block_shape=[BLOCK_M, 4])
     # Rows counted from start_m, start_m kept out of the range: triton 3.6 splits the rows between the two
     # consumer groups and, for the second, both shifts start_m + tl.arange(0, BLOCK_M)'s start_m by half a
     # tile and slices the range to its second half (TTGIR: the shift counted twice), so a mask built on
     # that sum missed by BLOCK_M / 2 rows there. A scalar added to the mask's other side is not shifted.
     rows = tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
-    q = q_desc.load([start_m, 0])
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-
     causal_offset = seq_k - seq_q
-    hi = seq_k
-    if PARTIAL:  # up to the last multiple of BLOCK_N at or before the tile's first row's diagonal
-        hi = (tl.maximum(tl.minimum(seq_k, start_m + causal_offset + 1), 0) // BLOCK_N) * BLOCK_N
-    elif CAUSAL:
-        hi = tl.maximum(tl.minimum(seq_k, start_m + BLOCK_M + causal_offset), 0)
-    for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=True):
-        k = k_desc.load([start_n, 0])
-        qk = tl.dot(q, k.T)
-        if MASK:
-            cols = start_n + offs_n
-            keep = cols[None, :] < seq_k
-            if CAUSAL:  # row start_m + i sees key j iff j <= i + (start_m + causal_offset)
-                keep = keep & (cols[None, :] <= rows[:, None] + (start_m + causal_offset))
-            qk = tl.where(keep, qk * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet
-            p = tl.math.exp2(qk - m_new_safe[:, None])
-        else:  # the scale folds into one multiply-add
-            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # only -inf scores so far
-            p = tl.math.exp2(qk * qk_scale - m_new_safe[:, None])
-        alpha = tl.math.exp2(m_i - m_new_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = v_desc.load([start_n, 0])
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-        m_i = m_new
+    # one stage: a pipelined tile loop (Triton 3.9) needs 295512 B of shared memory at 128x128/s2, head_dim 128
+    for tile in tl.range(tl.program_id(0), tiles * n_bh, tl.num_programs(0), num_stages=1):
+        bh = tile // tiles
+        start_m = (tile % tiles) * BLOCK_M
+        if CAUSAL:  # the longest tiles first
+            start_m = (tiles - 1 - tile % tiles) * BLOCK_M
+        if FLAT:
+            q_row = bh * seq_q + start_m
+            k_row = bh * seq_k
+        else:  # one head's descriptors: its rows past its length arrive as zeros, and are not written
+            b = (bh // n_heads).to(tl.int64)
+            h = (bh % n_heads).to(tl.int64)
+            q_desc = _head_rows(q_ptr, b, h, stride_qb, stride_qh, stride_qm, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
+            k_desc = _head_rows(k_ptr, b, h, stride_kb, stride_kh, stride_kn, seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)
+            v_desc = _head_rows(v_ptr, b, h, stride_vb, stride_vh, stride_vn, seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)
+            o_desc = _head_rows(o_ptr, b, h, stride_ob, stride_oh, stride_om, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
+            if STORE_LSE or PARTIAL:
+                lse_desc = tl.make_tensor_descriptor(lse_ptr + bh.to(tl.int64) * seq_q * 4, shape=[seq_q, 4],
+                                                     strides=[4, 1], block_shape=[BLOCK_M, 4])
+            q_row = start_m
+            k_row = 0
+        q = q_desc.load([q_row, 0])
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        hi = seq_k
+        if PARTIAL:  # up to the last multiple of BLOCK_N at or before the tile's first row's diagonal
+            hi = (tl.maximum(tl.minimum(seq_k, start_m + causal_offset + 1), 0) // BLOCK_N) * BLOCK_N
+        elif CAUSAL:
+            hi = tl.maximum(tl.minimum(seq_k, start_m + BLOCK_M + causal_offset), 0)
+        for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=True):
+            k = k_desc.load([k_row + start_n, 0])
+            qk = tl.dot(q, k.T)
+            if MASK:
+                cols = start_n + offs_n
+                keep = cols[None, :] < seq_k
+                if CAUSAL:  # row start_m + i sees key j iff j <= i + (start_m + causal_offset)
+                    keep = keep & (cols[None, :] <= rows[:, None] + (start_m + causal_offset))
+                qk = tl.where(keep, qk * qk_scale, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(qk, 1))
+                m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet
+                p = tl.math.exp2(qk - m_new_safe[:, None])
+            else:  # the scale folds into one multiply-add
+                m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+                m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # only -inf scores so far
+                p = tl.math.exp2(qk * qk_scale - m_new_safe[:, None])
+            alpha = tl.math.exp2(m_i - m_new_safe)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = v_desc.load([k_row + start_n, 0])
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+            m_i = m_new
 
-    empty = l_i == 0.0
-    acc = acc / tl.where(empty, 1.0, l_i)[:, None]
-    if STORE_LSE or PARTIAL:  # as (seq_q, 4) rows through a descriptor: a plain store after the loop is lost on 3.6
-        if PARTIAL:
-            lse = m_i + tl.math.log2(l_i)  # -inf where l_i = 0, which leaves m_i at -inf
-        else:
-            lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
-        lse_desc = tl.make_tensor_descriptor(lse_ptr + bh.to(tl.int64) * seq_q * 4, shape=[seq_q, 4],
-                                             strides=[4, 1], block_shape=[BLOCK_M, 4])
-        lse_desc.store([start_m, 0], tl.broadcast_to(lse[:, None], [BLOCK_M, 4]))
-    o_desc.store([start_m, 0], acc.to(o_ptr.dtype.element_ty))
+        empty = l_i == 0.0
+        acc = acc / tl.where(empty, 1.0, l_i)[:, None]
+        if STORE_LSE or PARTIAL:  # as (seq_q, 4) rows through a descriptor: a plain store after the loop is lost on 3.6
+            if PARTIAL:
+                lse = m_i + tl.math.log2(l_i)  # -inf where l_i = 0, which leaves m_i at -inf
+            else:
+                lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
+            lse_desc.store([q_row, 0], tl.broadcast_to(lse[:, None], [BLOCK_M, 4]))
+        o_desc.store([q_row, 0], acc.to(o_ptr.dtype.element_ty))
 
 
 @_jit
@@ -624,6 +650,21 @@ def _tma_ready(*tensors: torch.Tensor) -> bool:
                     and all(st * t.element_size() % 16 == 0 for st in t.stride()[:-1]) for t in tensors))
 
 
+@functools.lru_cache(maxsize=None)
+def _sms(device: torch.device) -> int:
+    """The persistent forward's programs: one per SM; in the interpreter (CPU tensors) a few, so that its
+    tests run the grid-stride loop over several tiles."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 3
+
+
+def _flat(t: torch.Tensor, block: int) -> bool:
+    """Are t's (b, h, s, d) rows one (b * h * s, d) matrix, with whole ``block``-row tiles in each head
+    and row indices that fit in int32? Then one tensor descriptor addresses every head."""
+    batch, heads, seq, _ = t.shape
+    return (seq % block == 0 and batch * heads * seq < 2**31 and (heads == 1 or t.stride(1) == seq * t.stride(2))
+            and (batch == 1 or t.stride(0) == heads * seq * t.stride(2)))
+
+
 def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
     return torch.empty(size, dtype=torch.int8, device="cuda")  # torch's allocator: stream-ordered, capture-safe
 
@@ -666,6 +707,7 @@ class _Forward:
         o, lse = self._outputs(q)
         numbers = (*q.stride(), *k.stride(), *v.stride(), *o.stride(), heads, seq_q, seq_k, sm_scale * LOG2E)
         consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal, STORE_LSE=store_lse)
+        # the persistent kernel's 4-D descriptors step over batch and heads by their strides: none may be 0
         tma = _tma_ready(q, k, v, o)
 
         def prepared(tile: Tile) -> tuple[Prepared | None, Prepared | None]:
@@ -675,8 +717,15 @@ class _Forward:
             programs = _cdiv(seq_q, tile.block_m) * batch * heads
             if tile.ws and tma:
                 split = causal and not WS_CAUSAL
-                ws = _prepare(_flash_fwd_tma_kernel, programs, numbers,
-                              {**consts, "EVEN_K": split or seq_k % tile.block_n == 0, "PARTIAL": split}, tile)
+                flat = _flat(q, tile.block_m) and _flat(o, tile.block_m) and _flat(k, tile.block_n) \
+                    and _flat(v, tile.block_n)
+                # persistent without a causal mask; under one a program per tile, since tiles there differ in
+                # length and a grid-stride loop hands them out unevenly (on the H200 at 16384 rows: 398
+                # TFLOP/s against 457 for the pointer kernel)
+                ws = _prepare(_flash_fwd_tma_kernel, programs if causal else min(programs, _sms(q.device)),
+                              (*numbers, batch * heads),
+                              {**consts, "EVEN_K": split or seq_k % tile.block_n == 0, "PARTIAL": split,
+                               "FLAT": flat}, tile)
                 diagonal = Tile(tile.block_m, *DIAGONAL_FWD)
                 return ws, _prepare(_flash_fwd_kernel, programs, numbers, {**consts, "WS_N": tile.block_n},
                                     diagonal) if split else None

@@ -278,6 +278,27 @@ def causal_ws(monkeypatch):
 
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")
+@pytest.mark.parametrize("sq, sk, strided, flat", [(128, 96, False, True), (100, 70, False, False),
+                                                   (128, 96, True, False), (32, 1, False, False)])
+def test_the_persistent_tma_forward_meets_the_rule(sq, sk, strided, flat, monkeypatch):
+    """Without a causal mask the '/ws' forward is persistent: fewer programs than query tiles (3 in the
+    interpreter), each running several, with descriptors over every head's rows where those are one
+    matrix in whole tiles (FLAT) and per head elsewhere (odd lengths, strided views)."""
+    from kernels import _flash_attention as fa
+
+    grids = []
+    with tma_in_the_interpreter(monkeypatch, fwd="32x32/w4/s1/ws") as used:
+        pinned = fa._prepare
+        monkeypatch.setattr(fa, "_prepare", lambda kernel, programs, *a, **kw:
+                            grids.append((kernel, programs)) or pinned(kernel, programs, *a, **kw))
+        check(*qkv(2, 3, sq, sk, 16, torch.float16, strided), False, torch.float16)
+    ws = [consts for kernel, consts in used if kernel is fa._flash_fwd_tma_kernel]
+    assert ws and all(c["FLAT"] == flat and not c["PARTIAL"] for c in ws)
+    tiles = 2 * 3 * -(-sq // 32)
+    assert tiles > 3 and [p for kernel, p in grids if kernel is fa._flash_fwd_tma_kernel] == [3] * len(ws)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")
 @pytest.mark.parametrize("sq, sk, d", [(100, 100, 64), (70, 130, 40), (130, 70, 64), (33, 1, 16), (1, 97, 16)])
 def test_the_causal_forward_split_between_the_tma_and_pointer_kernels_meets_the_rule(sq, sk, d, causal_ws):
     """Forward, log-sum-exp (the backward reads it) and gradients, at lengths that leave rows with no key,

@@ -169,7 +169,8 @@ def test_warp_specialized_tiles_are_offered_only_where_they_were_measured_right_
 
     for kind in ("fwd", "bwd_dkdv"):  # first: the untuned choice
         assert ws(128, True, kind)[0] == fa.candidates(kind, 128, 2, False, tma=True)[0]
-        assert not ws(128, False, kind) and not ws(64, True, kind)
+        assert not ws(128, False, kind) and not ws(32, True, kind) and not ws(256, True, kind)
+    assert ws(64, True, "fwd") and not ws(64, True, "bwd_dkdv")  # the dK/dV kernel lost at head_dim 64
     assert not ws(128, True, "bwd_dq") and not ws(128, True, "bwd_one_pass")
     assert not fa.candidates("fwd", 128, 2, interpreter=True, tma=True)[0].ws
 

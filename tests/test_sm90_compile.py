@@ -66,16 +66,20 @@ def test_writeup_attention_needs_more_shared_memory_as_n_k_grows():
     assert large >= 3 * small  # K and the score tile grow linearly with n_k
 
 
+@pytest.mark.parametrize("head_dim", fa.WS_HEAD_DIMS["fwd"])
 @pytest.mark.parametrize("store_lse, even_k, causal, split", [(True, False, False, False), (False, True, False, False),
                                                             (False, True, True, True), (True, True, True, False)])
-def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store_lse, even_k, causal, split):
-    """Every '/ws' candidate at head_dim 128 (where they are offered), with and without the log-sum-exp
-    and the tail mask; causal, the TMA kernel's part (PARTIAL) and the pointer kernel's at the diagonal,
-    or (WS_CAUSAL) the TMA kernel alone, masked throughout."""
-    tiles = [t for t in fa.candidates("fwd", 128, 2, interpreter=False, tma=True) if t.ws]
-    consts = dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=causal, STORE_LSE=store_lse)
-    assert_each_fits("_flash_fwd_tma_kernel", arg_types("_flash_fwd_tma_kernel", 5, "bf16"), tiles,
-                     dict(consts, EVEN_K=even_k, PARTIAL=split))
+def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store_lse, even_k, causal, split, head_dim):
+    """Every '/ws' candidate at the head dims where they are offered, with and without the log-sum-exp
+    and the tail mask, with descriptors over every head (FLAT) and per head; causal, the TMA kernel's part (PARTIAL)
+    and the pointer kernel's at the diagonal, or (WS_CAUSAL) the TMA kernel alone, masked throughout."""
+    tiles = [t for t in fa.candidates("fwd", head_dim, 2, interpreter=False, tma=True) if t.ws]
+    assert tiles
+    consts = dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=causal, STORE_LSE=store_lse)
+    types = arg_types("_flash_fwd_tma_kernel", 5, "bf16")
+    assert_all_fit({f"{t} FLAT={flat}": fit_request("_flash_fwd_tma_kernel", types, t,
+                                                    dict(consts, EVEN_K=even_k, PARTIAL=split, FLAT=flat))
+                    for t in tiles for flat in (True, False)})
     if split:
         diagonal = [fa.Tile(t.block_m, *fa.DIAGONAL_FWD) for t in tiles]
         assert_each_fits("_flash_fwd_kernel", arg_types("_flash_fwd_kernel", 6, "bf16"), diagonal,

@@ -123,6 +123,24 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   478 / 512). With it on the tuner never picked the one-launch '/ws' forward (128x64/w8/s3 won) nor the
   causal '/ws' dK/dV kernel (64x64/w4/s2 won): the split forward is faster, and the +10% of rounds one
   to five was work the wrong masks skipped.
+- ninth round, kept: the '/ws' forward persistent (a grid of one program per SM, query tiles in a
+  grid-stride loop). A minimal persistent kernel (descriptors made once over every head's rows) beside the
+  committed kernel (a program per tile), bf16, non-causal, one process: head_dim 128 604 / 574 / 563
+  TFLOP/s at S = 4096 / 8192 / 16384 against 529 / 553 / 557 (cuDNN 672 / 636 / 630); head_dim 64 448 /
+  455 / 442 against 415 / 418 / 423 (cuDNN 479 / 486 / 466); two programs per SM were slower (557 at
+  head_dim 128, S = 4096). In the project's kernel (descriptors made once when every head's rows are one
+  matrix in whole tiles, FLAT, else per tile), tuned, another process: head_dim 128 608 / 582 / 566
+  against 451 / 463 / 484 for the pointer kernel (cuDNN 679 / 614 / 686: cuDNN's own times moved by 10%
+  between processes); head_dim 64 418 / 421 / 421 against 410 / 415 / 418 (cuDNN 477 / 481 / 481), so the
+  '/ws' tiles are now offered at head_dim 64 too and the tuner picks. Its outer loop runs with one stage:
+  pipelined (Triton's default), Triton 3.9 needs 295512 B of shared memory at head_dim 128; the minimal
+  kernel's lead at head_dim 64 may be that pipelining (next to try: the outer loop's stages by head dim).
+- ninth round, not kept: persistent under a causal mask (the split's '/ws' part, longest tiles first):
+  414 / 471 / 398 against 412 / 434 / 450 for the pointer kernel at head_dim 128 (cuDNN 576 / 610 / 560),
+  its tiles differing in length so that a grid-stride loop shares them out unevenly; causal calls keep a
+  program per tile. Tensor descriptors made on the host (TensorDescriptor arguments) or over 3-D/4-D
+  views (a tl.reshape after each load): Triton 3.6's warp specialization fails to compile either
+  ("unsupported op type" in WSDataPartition), and 3.9's the second.
 """
 from __future__ import annotations
 
