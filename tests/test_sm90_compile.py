@@ -78,7 +78,8 @@ def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store
     consts = dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=causal, STORE_LSE=store_lse)
     types = arg_types("_flash_fwd_tma_kernel", 5, "bf16")
     assert_all_fit({f"{t} FLAT={flat}": fit_request("_flash_fwd_tma_kernel", types, t,
-                                                    dict(consts, EVEN_K=even_k, PARTIAL=split, FLAT=flat))
+                                                    dict(consts, EVEN_K=even_k, PARTIAL=split, FLAT=flat,
+                                                         TILE_STAGES=fa.tile_stages(head_dim, causal)))
                     for t in tiles for flat in (True, False)})
     if split:
         diagonal = [fa.Tile(t.block_m, *fa.DIAGONAL_FWD) for t in tiles]

@@ -132,9 +132,14 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   matrix in whole tiles, FLAT, else per tile), tuned, another process: head_dim 128 608 / 582 / 566
   against 451 / 463 / 484 for the pointer kernel (cuDNN 679 / 614 / 686: cuDNN's own times moved by 10%
   between processes); head_dim 64 418 / 421 / 421 against 410 / 415 / 418 (cuDNN 477 / 481 / 481), so the
-  '/ws' tiles are now offered at head_dim 64 too and the tuner picks. Its outer loop runs with one stage:
-  pipelined (Triton's default), Triton 3.9 needs 295512 B of shared memory at head_dim 128; the minimal
-  kernel's lead at head_dim 64 may be that pipelining (next to try: the outer loop's stages by head dim).
+  '/ws' tiles are now offered at head_dim 64 too and the tuner picks. The tile loop's stages
+  (tile_stages): pipelined, 424 / 433 / 424 and 430 / 431 / 424 at head_dim 64 against 412 / 406 / 411
+  and 413 / 412 / 414 with one stage (two processes; cuDNN 474-493), kept there; at head_dim 128 within
+  noise on 3.6 (600 / 553 / 567 against 606 / 544 / 547) and over the limit on 3.9 (295512 B), so one
+  stage. The minimal kernel, in the same process: 450 / 445 / 452 at head_dim 64 (0.91-0.94 of cuDNN)
+  against 430 / 431 / 424; what it lacks is the per-row guard against a running max of -inf (rows of
+  -inf scores) and the tests of the rows' emptiness after the loop. Next to try: a finite start for the
+  running max, which makes the guard unnecessary without a mask.
 - ninth round, not kept: persistent under a causal mask (the split's '/ws' part, longest tiles first):
   414 / 471 / 398 against 412 / 434 / 450 for the pointer kernel at head_dim 128 (cuDNN 576 / 610 / 560),
   its tiles differing in length so that a grid-stride loop shares them out unevenly; causal calls keep a
