@@ -53,6 +53,13 @@ CANDIDATES = {
     "bwd_one_pass": [(64, 128, 8, 3), (64, 64, 4, 3), (64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2),
                      (32, 32, 4, 1)],
 }  # from workflow/scripts/tune_flash.py on the H200: the tiles that won or came close at some shape
+# Off: the causal '/ws' forward persistent, its tiles in _longest_first's order. On the H200 a grid-stride loop in
+# plain order (longest first per head) ran at 398 TFLOP/s at 16384 rows, head_dim 128, against 457 for the
+# pointer kernel: the tiles differ in length and were shared out unevenly (tune_flash.py, ninth round).
+CAUSAL_PERSISTENT = False
+# Off until measured: the backward's TMA kernel (the '/ws' dK/dV kernel, the one-pass backward) persistent,
+# as the forward is.
+DKDV_PERSISTENT = False
 # The head-dim blocks at which the '/ws' tiles are offered: where they paid on the H200.
 WS_HEAD_DIMS = {"fwd": (64, 128), "bwd_dkdv": (128,)}
 # A causal forward on a '/ws' tile runs the TMA kernel over the key tiles no row's mask cuts, then the
@@ -221,6 +228,20 @@ def _flash_fwd_kernel(
     tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=tile_mask)
 
 
+@triton.jit
+def _longest_first(tile, tiles, n_bh):
+    """(head, rank) of a causal kernel's tile number ``tile`` of a grid-stride loop, rank 0 the longest
+    tile of a head: every head's tiles of one rank together, the longest first, so that a grid of a
+    program per tile is a longest-first schedule; a persistent grid takes its rounds (one tile per
+    program) alternately forwards and backwards, so that each program's total evens out (the last round,
+    partial, forwards)."""
+    programs = tl.num_programs(0)
+    k = tile // programs
+    turn = (k % 2 == 1) & ((k + 1) * programs <= tiles * n_bh)
+    t = tl.where(turn, (2 * k + 1) * programs - 1 - tile, tile)
+    return t % n_bh, t // n_bh
+
+
 @_jit
 def _flash_fwd_tma_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
@@ -268,10 +289,12 @@ def _flash_fwd_tma_kernel(
     causal_offset = seq_k - seq_q
     # TILE_STAGES (tile_stages): the tile loop pipelined (the next tile's Q loaded early) where it fits
     for tile in tl.range(tl.program_id(0), tiles * n_bh, tl.num_programs(0), num_stages=TILE_STAGES):
-        bh = tile // tiles
-        start_m = (tile % tiles) * BLOCK_M
-        if CAUSAL:  # the longest tiles first
-            start_m = (tiles - 1 - tile % tiles) * BLOCK_M
+        if CAUSAL:  # tiles differ in length: the last rows' first
+            bh, rank = _longest_first(tile, tiles, n_bh)
+            start_m = (tiles - 1 - rank) * BLOCK_M
+        else:
+            bh = tile // tiles
+            start_m = (tile % tiles) * BLOCK_M
         if FLAT:
             q_row = bh * seq_q + start_m
             k_row = bh * seq_k
@@ -466,9 +489,10 @@ def _flash_bwd_tma_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_dom, stride_dod,
-    n_heads, seq_q, seq_k, sm_scale, qk_scale,
+    n_heads, seq_q, seq_k, sm_scale, qk_scale, n_bh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_Q: tl.constexpr, ADD_DQ: tl.constexpr, WS: tl.constexpr,
+    PERSISTENT: tl.constexpr,
 ):
     # The one-pass backward on Hopper (FlashAttention-3's scheme): _flash_bwd_dkdv_kernel with ADD_DQ,
     # but every tile moved by the tensor-memory accelerator, one 2-D descriptor per head (rows past a
@@ -479,8 +503,44 @@ def _flash_bwd_tma_kernel(
     # ADD_DQ. One loop, masked throughout unless no tile needs it (EVEN_Q: not causal and seq_q a
     # multiple of BLOCK_M).
     # The caller guarantees a unit stride in head_dim and 16-byte aligned bases and strides (_tma_ready).
+    # PERSISTENT: about one program per SM, running key tiles in a grid-stride loop (causal: longest
+    # first, _longest_first); else a program per key tile.
+    if PERSISTENT:
+        tiles = tl.cdiv(seq_k, BLOCK_N)
+        for tile in tl.range(tl.program_id(0), tiles * n_bh, tl.num_programs(0), num_stages=1):
+            if CAUSAL:  # a key tile sees the queries from its diagonal on: the first keys' tiles are longest
+                bh, rank = _longest_first(tile, tiles, n_bh)
+                start_n = rank * BLOCK_N
+            else:
+                bh = tile // tiles
+                start_n = (tile % tiles) * BLOCK_N
+            _bwd_tma_tile(start_n, bh, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
+                          stride_qb, stride_qh, stride_qm, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+                          stride_vb, stride_vh, stride_vn, stride_vd, stride_dob, stride_doh, stride_dom, stride_dod,
+                          n_heads, seq_q, seq_k, sm_scale, qk_scale,
+                          HEAD_DIM, BLOCK_D, CAUSAL, BLOCK_M, BLOCK_N, EVEN_Q, ADD_DQ, WS)
+    else:
+        start_n, bh = _tile_and_head(seq_k, BLOCK_N)
+        _bwd_tma_tile(start_n, bh, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
+                      stride_qb, stride_qh, stride_qm, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+                      stride_vb, stride_vh, stride_vn, stride_vd, stride_dob, stride_doh, stride_dom, stride_dod,
+                      n_heads, seq_q, seq_k, sm_scale, qk_scale,
+                      HEAD_DIM, BLOCK_D, CAUSAL, BLOCK_M, BLOCK_N, EVEN_Q, ADD_DQ, WS)
+
+
+@triton.jit
+def _bwd_tma_tile(
+    start_n, bh, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    n_heads, seq_q, seq_k, sm_scale, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_Q: tl.constexpr, ADD_DQ: tl.constexpr, WS: tl.constexpr,
+):
+    """_flash_bwd_tma_kernel's work for the BLOCK_N keys from start_n of head bh."""
     MASK: tl.constexpr = CAUSAL or not EVEN_Q
-    start_n, bh = _tile_and_head(seq_k, BLOCK_N)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
     q_desc = _head_rows(q_ptr, b, h, stride_qb, stride_qh, stride_qm, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
@@ -727,10 +787,9 @@ class _Forward:
                 split = causal and not WS_CAUSAL
                 flat = _flat(q, tile.block_m) and _flat(o, tile.block_m) and _flat(k, tile.block_n) \
                     and _flat(v, tile.block_n)
-                # persistent without a causal mask; under one a program per tile, since tiles there differ in
-                # length and a grid-stride loop hands them out unevenly (on the H200 at 16384 rows: 398
-                # TFLOP/s against 457 for the pointer kernel)
-                ws = _prepare(_flash_fwd_tma_kernel, programs if causal else min(programs, _sms(q.device)),
+                # persistent without a causal mask; under one a program per tile unless CAUSAL_PERSISTENT
+                persistent = not causal or CAUSAL_PERSISTENT
+                ws = _prepare(_flash_fwd_tma_kernel, min(programs, _sms(q.device)) if persistent else programs,
                               (*numbers, batch * heads),
                               {**consts, "EVEN_K": split or seq_k % tile.block_n == 0, "PARTIAL": split,
                                "FLAT": flat, "TILE_STAGES": tile_stages(block_d, causal)}, tile)
@@ -791,9 +850,10 @@ class _Backward:
         def dkdv(tile: Tile, add_dq: bool) -> Prepared:
             programs = _cdiv(seq_k, tile.block_n) * batch * heads
             if (add_dq and self.tma and _HAS_TMA_REDUCE) or (tile.ws and ws):
-                return _prepare(_flash_bwd_tma_kernel, programs, numbers,
+                return _prepare(_flash_bwd_tma_kernel, min(programs, _sms(q.device)) if DKDV_PERSISTENT else programs,
+                                (*numbers, batch * heads),
                                 {**consts, "EVEN_Q": not causal and seq_q % tile.block_m == 0, "ADD_DQ": add_dq,
-                                 "WS": tile.ws and not add_dq}, tile)
+                                 "WS": tile.ws and not add_dq, "PERSISTENT": DKDV_PERSISTENT}, tile)
             return _prepare(_flash_bwd_dkdv_kernel, programs, numbers, {**consts, "ADD_DQ": add_dq}, tile)
 
         def dq_of(tile: Tile) -> Prepared:

@@ -307,6 +307,19 @@ def test_the_causal_forward_split_between_the_tma_and_pointer_kernels_meets_the_
 
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("sq, sk", [(200, 200), (130, 70), (70, 200)])
+def test_the_causal_tma_forward_runs_every_tile_once_in_its_order(sq, sk, persistent, causal_ws, monkeypatch):
+    """The causal split's TMA part takes its tiles longest first, every head's of one length together;
+    with CAUSAL_PERSISTENT in a grid of 3 programs (the interpreter's), rounds alternately forwards and
+    backwards, the last partial: each tile runs once either way."""
+    from kernels import _flash_attention as fa
+
+    monkeypatch.setattr(fa, "CAUSAL_PERSISTENT", persistent)
+    check(*qkv(2, 3, sq, sk, 16, torch.float16), True, torch.float16)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")
 @pytest.mark.parametrize("first", [32, 96])
 def test_the_causal_split_passes_on_keys_of_minus_inf(first, causal_ws):
     """-inf scores for the first keys: rows that see only those get 0 (their partial sum is 0 and its
@@ -364,6 +377,21 @@ def test_the_tma_kernels_under_a_causal_mask_meet_the_rule(sq, sk, d, ws_causal)
     """Forward, log-sum-exp and gradients with WS_CAUSAL: rows with no key, tiles the diagonal cuts at
     every offset from their start, one query row, one key."""
     check(*qkv(1, 2, sq, sk, d, torch.float16), True, torch.float16)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("sq, sk", [(200, 200), (130, 70), (70, 200)])
+def test_the_persistent_tma_dkdv_kernel_meets_the_rule(sq, sk, causal, monkeypatch):
+    """DKDV_PERSISTENT: the '/ws' dK/dV kernel in a grid of 3 programs (the interpreter's), each running
+    key tiles in a grid-stride loop (causal, with WS_CAUSAL: longest first, rounds alternating direction)."""
+    from kernels import _flash_attention as fa
+
+    monkeypatch.setattr(fa, "DKDV_PERSISTENT", True)
+    monkeypatch.setattr(fa, "WS_CAUSAL", causal)
+    with tma_in_the_interpreter(monkeypatch, bwd_dkdv="32x32/w4/s1/ws") as used:
+        check(*qkv(2, 3, sq, sk, 16, torch.float16), causal, torch.float16)
+    assert any(kernel is fa._flash_bwd_tma_kernel and c["PERSISTENT"] and c["WS"] for kernel, c in used)
 
 
 @pytest.fixture(params=[("two_pass", False), ("two_pass", True), ("one_pass", False)],

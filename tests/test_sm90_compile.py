@@ -93,16 +93,21 @@ def test_every_tile_of_the_tma_one_pass_backward_fits(dtype, head_dim):
     must admit only tiles that compile within Hopper's limit."""
     tiles = fa.candidates("bwd_one_pass", head_dim, torch.empty(0, dtype=dtype).element_size(), interpreter=False, tma=True)
     assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, ELT[dtype]), tiles,
-                     dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False, ADD_DQ=True, WS=False))
+                     dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False, ADD_DQ=True, WS=False,
+                          PERSISTENT=fa.DKDV_PERSISTENT))
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_the_warp_specialized_dkdv_tiles_compile_within_hopper_shared_memory(causal):
     """Every '/ws' dK/dV candidate at head_dim 128: the TMA kernel without the dQ reduce-add, its query
-    loop warp-specialized (under a causal mask only with WS_CAUSAL)."""
+    loop warp-specialized (under a causal mask only with WS_CAUSAL), a program per key tile or
+    persistent (DKDV_PERSISTENT)."""
     tiles = [t for t in fa.candidates("bwd_dkdv", 128, 2, interpreter=False, tma=True) if t.ws]
-    assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, "bf16"), tiles,
-                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=causal, EVEN_Q=False, ADD_DQ=False, WS=True))
+    types = arg_types("_flash_bwd_tma_kernel", 9, "bf16")
+    assert_all_fit({f"{t} PERSISTENT={persistent}": fit_request(
+        "_flash_bwd_tma_kernel", types, t, dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=causal, EVEN_Q=False, ADD_DQ=False,
+                                                WS=True, PERSISTENT=persistent))
+        for t in tiles for persistent in (False, True)})
 
 
 def test_the_wide_softmax_forwards_compile_with_and_without_masks():
