@@ -1,0 +1,110 @@
+"""The persistent forms of flash_attention's TMA kernels that are off until measured
+(kernels._flash_attention.CAUSAL_PERSISTENT, DKDV_PERSISTENT; GPU only, Hopper; not part of the pipeline).
+
+    PYTHONPATH=.:workflow python workflow/scripts/bench_persistent.py out.csv
+
+Each setting below is applied to the module, then: the errors against fp64 (output and the three gradients,
+bf16, head_dim 128 and 64, causal and not, '/ws' tiles pinned) at lengths whose tiles end mid-way; and, at
+bf16, batch x seq = 16384, 16 heads, forward and forward+backward TFLOP/s (do_bench medians; 4·B·H·S²·D,
+x 0.5 causal, x 3.5 with the backward), tuned afresh, beside cuDNN in the same process. One CSV row per
+measurement; the summary is printed.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import kernels._flash_attention as fa  # first: it chooses the backend before triton is imported
+from kernels import _flash_tiles
+from kernels._triton import triton
+
+SETTINGS = {  # name -> module attributes
+    "default": {},
+    "causal_persistent": {"CAUSAL_PERSISTENT": True},
+    "dkdv_persistent": {"DKDV_PERSISTENT": True},
+    "dkdv_persistent_ws64": {"DKDV_PERSISTENT": True, "WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (64, 128)}},
+    "all_causal_ws": {"CAUSAL_PERSISTENT": True, "DKDV_PERSISTENT": True, "WS_CAUSAL": True},
+}
+ERROR_LENGTHS = [(1000, 1000), (300, 1100), (1100, 300), (2048, 2048)]
+SPEED = [(d, causal, s) for d in (128, 64) for causal in (False, True) for s in (4096, 16384)]
+
+
+DEFAULTS = {name: getattr(fa, name) for s in SETTINGS.values() for name in s}
+CACHE = tempfile.mkdtemp()
+
+
+def apply(name: str) -> None:
+    """The setting's module attributes (the others at their defaults), tuned afresh: no tile chosen under
+    another setting, in this process or in a cache file (one per setting)."""
+    for attr, value in {**DEFAULTS, **SETTINGS.get(name, {})}.items():
+        setattr(fa, attr, value)
+    os.environ[_flash_tiles.CACHE_ENV] = os.path.join(CACHE, f"{name}.json")
+    fa._candidates.cache_clear()
+    _flash_tiles.forget()
+
+
+def errors(d: int, causal: bool) -> dict:
+    """Max |error| against fp64 of out, dq, dk, dv over ERROR_LENGTHS, the '/ws' tiles pinned."""
+    fa.pin(fwd="128x128/w4/s2/ws", bwd_dkdv="64x128/w4/s2/ws")
+    worst = dict(out=0.0, dq=0.0, dk=0.0, dv=0.0)
+    for sq, sk in ERROR_LENGTHS:
+        q, k, v = (torch.randn(2, 3, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for s in (sq, sk, sk))
+        do = torch.randn_like(q)
+        out = fa.flash_attention(q, k, v, causal=causal)
+        got = (out, *torch.autograd.grad(out, (q, k, v), do))
+        q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+        ref = fa.flash_attention_ref(q64, k64, v64, causal=causal, dtype=torch.float64)
+        want = (ref, *torch.autograd.grad(ref, (q64, k64, v64), do.double()))
+        for name, g, w in zip(worst, got, want):
+            worst[name] = max(worst[name], (g.double() - w).abs().max().item())
+    fa.pin()
+    return worst
+
+
+def bench(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+
+
+def main(path: str) -> None:
+    rows = []
+    for name in SETTINGS:
+        apply(name)
+        for d in (128, 64):
+            for causal in (False, True):
+                rows.append(dict(setting=name, d=d, causal=causal, what="max_error", **errors(d, causal)))
+        for d, causal, n in SPEED:
+            b, h = 16384 // n, 16
+            q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+            do = torch.randn_like(q)
+            flops = 4 * b * h * n * n * d * (0.5 if causal else 1.0)
+
+            def cudnn():
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+            chosen = fa.tune(q, k, v, causal=causal)
+            for provider, fwd in (("flash", lambda: fa.flash_attention(q, k, v, causal=causal)), ("cudnn", cudnn)):
+                with torch.no_grad():
+                    ms = bench(fwd)
+                rows.append(dict(setting=name, d=d, causal=causal, seq=n, what=f"fwd {provider}", tflops=flops / ms / 1e9,
+                                 tile=chosen["fwd"] if provider == "flash" else ""))
+                ms = bench(lambda: fwd().backward(do))
+                rows.append(dict(setting=name, d=d, causal=causal, seq=n, what=f"fwd_bwd {provider}",
+                                 tflops=3.5 * flops / ms / 1e9, tile=str(chosen) if provider == "flash" else ""))
+            print(pd.DataFrame(rows).tail(4).to_string(), flush=True)
+    apply("default")
+    df = pd.DataFrame(rows)
+    df.to_csv(path, index=False)
+    speed = df[df.what != "max_error"].pivot_table(index=["d", "causal", "seq", "what"], columns="setting", values="tflops")
+    print(df[df.what == "max_error"].to_string())
+    print(speed.round(1).to_string())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
