@@ -307,6 +307,32 @@ def test_the_causal_forward_split_between_the_tma_and_pointer_kernels_meets_the_
 
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_with_a_finite_start_the_tma_forward_gives_what_it_gives_from_minus_inf(causal, monkeypatch):
+    """FWD_FINITE_START: the running max from -FLT_MAX, no guard against -inf in the loop. Rows that see no
+    key (causal, seq_q > seq_k) or only keys of -inf, and a finite score near -FLT_MAX, come out as from
+    -inf: the same output and log-sum-exp, 0 and +inf where no key counts."""
+    from kernels import _flash_attention as fa
+
+    q, k, v = (t.detach() for t in qkv(2, 3, 100, 70, 16, torch.float32))
+    q[..., 0] = 1.0
+    k[:, :, :40, 0] = float("-inf")  # the first 32-key tile all -inf: from -inf, the guard is needed there
+    k[:, :, 45, :] = 0.0
+    k[:, :, 45, 0] = -3.4028234663852886e38  # a score of -FLT_MAX / 4: weight 0 beside any other key
+    got = {}
+    with tma_in_the_interpreter(monkeypatch, fwd="32x32/w4/s1/ws") as used:
+        for finite in (False, True):
+            monkeypatch.setattr(fa, "FWD_FINITE_START", finite)
+            fa._plans.clear()
+            got[finite] = fa._Forward(q, k, v, causal, 0.25, True)(q, k, v)
+    assert any(kernel is fa._flash_fwd_tma_kernel and c["FINITE_START"] for kernel, c in used)
+    for a, b in zip(got[False], got[True]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0, equal_nan=True)
+    want = flash_attention_ref(q.double(), k.double(), v.double(), causal=causal, sm_scale=0.25, dtype=torch.float64)
+    torch.testing.assert_close(got[True][0].double(), want, atol=1e-4, rtol=0)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")
 @pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("sq, sk", [(200, 200), (130, 70), (70, 200)])
 def test_the_causal_tma_forward_runs_every_tile_once_in_its_order(sq, sk, persistent, causal_ws, monkeypatch):

@@ -71,16 +71,17 @@ def test_writeup_attention_needs_more_shared_memory_as_n_k_grows():
                                                             (False, True, True, True), (True, True, True, False)])
 def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store_lse, even_k, causal, split, head_dim):
     """Every '/ws' candidate at the head dims where they are offered, with and without the log-sum-exp
-    and the tail mask, with descriptors over every head (FLAT) and per head; causal, the TMA kernel's part (PARTIAL)
+    and the tail mask, with descriptors over every head (FLAT) and per head, the running max from -inf
+    and (FWD_FINITE_START) from -FLT_MAX; causal, the TMA kernel's part (PARTIAL)
     and the pointer kernel's at the diagonal, or (WS_CAUSAL) the TMA kernel alone, masked throughout."""
     tiles = [t for t in fa.candidates("fwd", head_dim, 2, interpreter=False, tma=True) if t.ws]
     assert tiles
     consts = dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=causal, STORE_LSE=store_lse)
     types = arg_types("_flash_fwd_tma_kernel", 5, "bf16")
-    assert_all_fit({f"{t} FLAT={flat}": fit_request("_flash_fwd_tma_kernel", types, t,
-                                                    dict(consts, EVEN_K=even_k, PARTIAL=split, FLAT=flat,
-                                                         TILE_STAGES=fa.tile_stages(head_dim, causal)))
-                    for t in tiles for flat in (True, False)})
+    assert_all_fit({f"{t} FLAT={flat} FINITE_START={finite}": fit_request(
+        "_flash_fwd_tma_kernel", types, t, dict(consts, EVEN_K=even_k, PARTIAL=split, FLAT=flat, FINITE_START=finite,
+                                                TILE_STAGES=fa.tile_stages(head_dim, causal)))
+        for t in tiles for flat, finite in ((True, False), (False, False), (True, True))})
     if split:
         diagonal = [fa.Tile(t.block_m, *fa.DIAGONAL_FWD) for t in tiles]
         assert_each_fits("_flash_fwd_kernel", arg_types("_flash_fwd_kernel", 6, "bf16"), diagonal,

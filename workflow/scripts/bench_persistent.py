@@ -1,5 +1,5 @@
-"""The persistent forms of flash_attention's TMA kernels that are off until measured
-(kernels._flash_attention.CAUSAL_PERSISTENT, DKDV_PERSISTENT; GPU only, Hopper; not part of the pipeline).
+"""The forms of flash_attention's TMA kernels that are off until measured (kernels._flash_attention's
+CAUSAL_PERSISTENT, DKDV_PERSISTENT, FWD_FINITE_START; GPU only, Hopper; not part of the pipeline).
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_persistent.py out.csv
 
@@ -29,6 +29,7 @@ SETTINGS = {  # name -> module attributes
     "causal_persistent": {"CAUSAL_PERSISTENT": True},
     "dkdv_persistent": {"DKDV_PERSISTENT": True},
     "dkdv_persistent_ws64": {"DKDV_PERSISTENT": True, "WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (64, 128)}},
+    "finite_start": {"FWD_FINITE_START": True},
     "all_causal_ws": {"CAUSAL_PERSISTENT": True, "DKDV_PERSISTENT": True, "WS_CAUSAL": True},
 }
 ERROR_LENGTHS = [(1000, 1000), (300, 1100), (1100, 300), (2048, 2048)]
