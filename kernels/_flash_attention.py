@@ -261,7 +261,7 @@ def _flash_fwd_tma_kernel(
     # tensor-memory accelerator (a head's rows past its length arrive as zeros, never from the next
     # head) and the key loop warp-specialized: a producer warp group issues the copies, two consumer
     # groups run the dots and the softmax. Persistent when the grid is smaller than the tiles (without a
-    # causal mask: _Forward): about one program per SM, each running query tiles in a grid-stride loop
+    # causal mask, or with CAUSAL_PERSISTENT: _Forward): about one program per SM, each running query tiles in a grid-stride loop
     # (16 heads x 4096 rows, head_dim 128, on the H200: 595-608 TFLOP/s against 519-529 with a program
     # per tile, which paid a prologue and an epilogue per tile); causal, the longest tiles first.
     # FLAT (whole tiles, heads one after another: _flat): the descriptors are made once per program;
@@ -783,7 +783,6 @@ class _Forward:
         o, lse = self._outputs(q)
         numbers = (*q.stride(), *k.stride(), *v.stride(), *o.stride(), heads, seq_q, seq_k, sm_scale * LOG2E)
         consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal, STORE_LSE=store_lse)
-        # the persistent kernel's 4-D descriptors step over batch and heads by their strides: none may be 0
         tma = _tma_ready(q, k, v, o)
 
         def prepared(tile: Tile) -> tuple[Prepared | None, Prepared | None]:

@@ -138,12 +138,16 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   noise on 3.6 (600 / 553 / 567 against 606 / 544 / 547) and over the limit on 3.9 (295512 B), so one
   stage. The minimal kernel, in the same process: 450 / 445 / 452 at head_dim 64 (0.91-0.94 of cuDNN)
   against 430 / 431 / 424; what it lacks is the per-row guard against a running max of -inf (rows of
-  -inf scores) and the tests of the rows' emptiness after the loop. Next to try: a finite start for the
-  running max, which makes the guard unnecessary without a mask.
+  -inf scores) and the tests of the rows' emptiness after the loop. Written, to measure
+  (workflow/scripts/bench_persistent.py): a finite start for the running max (FWD_FINITE_START), which
+  makes the guard unnecessary.
 - ninth round, not kept: persistent under a causal mask (the split's '/ws' part, longest tiles first):
   414 / 471 / 398 against 412 / 434 / 450 for the pointer kernel at head_dim 128 (cuDNN 576 / 610 / 560),
-  its tiles differing in length so that a grid-stride loop shares them out unevenly; causal calls keep a
-  program per tile. Tensor descriptors made on the host (TensorDescriptor arguments) or over 3-D/4-D
+  its tiles differing in length so that a grid-stride loop shares them out unevenly (the longest program
+  1.57x the mean by tile count at S = 16384); causal calls keep a program per tile, now longest first
+  across heads. Written, to measure (bench_persistent.py): rounds taken alternately forwards and
+  backwards (CAUSAL_PERSISTENT; 1.007x by count), and the backward's TMA kernel persistent likewise
+  (DKDV_PERSISTENT). Tensor descriptors made on the host (TensorDescriptor arguments) or over 3-D/4-D
   views (a tl.reshape after each load): Triton 3.6's warp specialization fails to compile either
   ("unsupported op type" in WSDataPartition), and 3.9's the second.
 """
