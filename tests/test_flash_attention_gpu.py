@@ -168,7 +168,8 @@ def _ws_tiles():
 @pytest.mark.parametrize("tile", _ws_tiles())
 @pytest.mark.parametrize("lengths", [(1, 1), (113, 203), (203, 113), (1024, 1024), (4096, 4096), (300, 1100),
                                      (1100, 300)])  # the last two: the causal split's '/ws' part runs, offset
-@pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (128, torch.float16), (80, torch.bfloat16)])
+@pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (128, torch.float16), (80, torch.bfloat16),
+                                      (64, torch.bfloat16), (48, torch.float16)])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_every_warp_specialized_tile_is_right_forward_lse_and_gradients(tile, lengths, d, dtype, causal):
     """The TMA kernel runs where Triton's warp specialization is young: each '/ws' candidate must give
@@ -287,6 +288,26 @@ def test_every_warp_specialized_dkdv_tile_is_right_and_never_runs_causal(tile, d
     q, k, v = qkv(d=128)
     flash_attention(q, k, v, causal=True).backward(torch.ones_like(q))  # tuned: no '/ws' tile offered
     assert not fa.tiles_in_use()["bwd_dkdv"].endswith("/ws")
+
+
+@needs_hopper
+@pytest.mark.parametrize("flag", ["CAUSAL_PERSISTENT", "DKDV_PERSISTENT", "FWD_FINITE_START"])
+@pytest.mark.parametrize("d", [128, 64])
+def test_each_form_that_is_off_until_measured_is_right(flag, d, monkeypatch):
+    """Each form of the TMA kernels that is off by default, turned on, '/ws' tiles pinned: the reference
+    forward and gradients, causal and not, at odd and whole-tile lengths, equal and unequal, strided
+    (what workflow/scripts/bench_persistent.py times)."""
+    monkeypatch.setattr(fa, flag, True)
+    fa.pin(fwd="128x128/w4/s2/ws", bwd_dkdv="64x128/w4/s2/ws")
+    try:
+        for causal in (False, True):
+            for sq, sk, strided in LENGTHS + ((4096, 4096, False),):
+                q, k, v = odd_qkv(sq, sk, d, torch.bfloat16, strided)
+                do = torch.randn_like(q)
+                got = grads(lambda *t: flash_attention(*t, causal=causal), q, k, v, do)
+                assert_reference_gradients(q, k, v, do, causal, got, f"{flag} {sq} {sk} {d} causal={causal}")
+    finally:
+        fa.pin()
 
 
 @needs_hopper
