@@ -1,13 +1,14 @@
 """The forms of flash_attention's TMA kernels that are off until measured (kernels._flash_attention's
-CAUSAL_PERSISTENT, DKDV_PERSISTENT, FWD_FINITE_START; GPU only, Hopper; not part of the pipeline).
+CAUSAL_PERSISTENT, DKDV_PERSISTENT, FWD_FINITE_START; the one-pass backward, persistent or not) beside the
+default (GPU only, Hopper; not part of the pipeline).
 
-    PYTHONPATH=.:workflow python workflow/scripts/bench_persistent.py out.csv
+    PYTHONPATH=.:workflow python workflow/scripts/bench_persistent.py out.csv [setting ...]
 
-Each setting below is applied to the module, then: the errors against fp64 (output and the three gradients,
-bf16, head_dim 128 and 64, causal and not, '/ws' tiles pinned) at lengths whose tiles end mid-way; and, at
-bf16, batch x seq = 16384, 16 heads, forward and forward+backward TFLOP/s (do_bench medians; 4·B·H·S²·D,
-x 0.5 causal, x 3.5 with the backward), tuned afresh, beside cuDNN in the same process. One CSV row per
-measurement; the summary is printed.
+Each setting below (or those named; "default" always, first) is applied to the module, then: the errors
+against fp64 (output and the three gradients, bf16, head_dim 128 and 64, causal and not, '/ws' tiles
+pinned) at lengths whose tiles end mid-way; and, at bf16, batch x seq = 16384, 16 heads, forward and
+forward+backward TFLOP/s (do_bench medians; 4·B·H·S²·D, x 0.5 causal, x 3.5 with the backward), tuned
+afresh, beside cuDNN in the same process. One CSV row per measurement; the summary is printed.
 """
 from __future__ import annotations
 
@@ -24,8 +25,10 @@ import kernels._flash_attention as fa  # first: it chooses the backend before tr
 from kernels import _flash_tiles
 from kernels._triton import triton
 
-SETTINGS = {  # name -> module attributes
+SETTINGS = {  # name -> module attributes (BACKWARD: the backward, as KERNELS_FLASH_BACKWARD names it)
     "default": {},
+    "one_pass": {"BACKWARD": "one_pass"},
+    "one_pass_persistent": {"BACKWARD": "one_pass", "DKDV_PERSISTENT": True},
     "causal_persistent": {"CAUSAL_PERSISTENT": True},
     "dkdv_persistent": {"DKDV_PERSISTENT": True},
     "dkdv_persistent_ws64": {"DKDV_PERSISTENT": True, "WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (64, 128)}},
@@ -36,14 +39,16 @@ ERROR_LENGTHS = [(1000, 1000), (300, 1100), (1100, 300), (2048, 2048)]
 SPEED = [(d, causal, s) for d in (128, 64) for causal in (False, True) for s in (4096, 16384)]
 
 
-DEFAULTS = {name: getattr(fa, name) for s in SETTINGS.values() for name in s}
+DEFAULTS = {name: getattr(fa, name) for s in SETTINGS.values() for name in s if name != "BACKWARD"}
 CACHE = tempfile.mkdtemp()
 
 
 def apply(name: str) -> None:
     """The setting's module attributes (the others at their defaults), tuned afresh: no tile chosen under
     another setting, in this process or in a cache file (one per setting)."""
-    for attr, value in {**DEFAULTS, **SETTINGS.get(name, {})}.items():
+    setting = dict(SETTINGS[name])
+    os.environ[fa.BACKWARD_ENV] = setting.pop("BACKWARD", "two_pass")
+    for attr, value in {**DEFAULTS, **setting}.items():
         setattr(fa, attr, value)
     os.environ[_flash_tiles.CACHE_ENV] = os.path.join(CACHE, f"{name}.json")
     fa._candidates.cache_clear()
@@ -72,9 +77,12 @@ def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
 
 
-def main(path: str) -> None:
+def main(path: str, names: list[str]) -> None:
+    unknown = sorted(set(names) - set(SETTINGS))
+    if unknown:
+        raise SystemExit(f"unknown settings {unknown}; known: {', '.join(SETTINGS)}")
     rows = []
-    for name in SETTINGS:
+    for name in ["default", *[n for n in names or SETTINGS if n != "default"]]:
         apply(name)
         for d in (128, 64):
             for causal in (False, True):
@@ -108,4 +116,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:])
