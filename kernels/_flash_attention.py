@@ -720,9 +720,13 @@ def _tma_ready(*tensors: torch.Tensor) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _sms(device: torch.device) -> int:
-    """The persistent forward's programs: one per SM; in the interpreter (CPU tensors) a few, so that its
-    tests run the grid-stride loop over several tiles."""
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 3
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _grid(programs: int, device: torch.device, persistent: bool) -> int:
+    """A persistent TMA kernel's grid: one program per SM at most, each looping over the ``programs``
+    tiles a program-per-tile grid would have."""
+    return min(programs, _sms(device)) if persistent else programs
 
 
 def tile_stages(block_d: int, causal: bool) -> int:
@@ -796,7 +800,7 @@ class _Forward:
                     and _flat(v, tile.block_n)
                 # persistent without a causal mask; under one a program per tile unless CAUSAL_PERSISTENT
                 persistent = not causal or CAUSAL_PERSISTENT
-                ws = _prepare(_flash_fwd_tma_kernel, min(programs, _sms(q.device)) if persistent else programs,
+                ws = _prepare(_flash_fwd_tma_kernel, _grid(programs, q.device, persistent),
                               (*numbers, batch * heads),
                               {**consts, "EVEN_K": split or seq_k % tile.block_n == 0, "PARTIAL": split,
                                "FLAT": flat, "TILE_STAGES": tile_stages(block_d, causal),
@@ -858,7 +862,7 @@ class _Backward:
         def dkdv(tile: Tile, add_dq: bool) -> Prepared:
             programs = _cdiv(seq_k, tile.block_n) * batch * heads
             if (add_dq and self.tma and _HAS_TMA_REDUCE) or (tile.ws and ws):
-                return _prepare(_flash_bwd_tma_kernel, min(programs, _sms(q.device)) if DKDV_PERSISTENT else programs,
+                return _prepare(_flash_bwd_tma_kernel, _grid(programs, q.device, DKDV_PERSISTENT),
                                 (*numbers, batch * heads),
                                 {**consts, "EVEN_Q": not causal and seq_q % tile.block_m == 0, "ADD_DQ": add_dq,
                                  "WS": tile.ws and not add_dq, "PERSISTENT": DKDV_PERSISTENT}, tile)

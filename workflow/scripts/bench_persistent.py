@@ -24,6 +24,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import kernels._flash_attention as fa  # first: it chooses the backend before triton is imported
 from kernels import _flash_tiles
 from kernels._triton import triton
+from bench_ws_causal import max_errors  # this folder is the script's first import path
 
 SETTINGS = {  # name -> module attributes (BACKWARD: the backward, as KERNELS_FLASH_BACKWARD names it)
     "default": {},
@@ -55,24 +56,6 @@ def apply(name: str) -> None:
     _flash_tiles.forget()
 
 
-def errors(d: int, causal: bool) -> dict:
-    """Max |error| against fp64 of out, dq, dk, dv over ERROR_LENGTHS, the '/ws' tiles pinned."""
-    fa.pin(fwd="128x128/w4/s2/ws", bwd_dkdv="64x128/w4/s2/ws")
-    worst = dict(out=0.0, dq=0.0, dk=0.0, dv=0.0)
-    for sq, sk in ERROR_LENGTHS:
-        q, k, v = (torch.randn(2, 3, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for s in (sq, sk, sk))
-        do = torch.randn_like(q)
-        out = fa.flash_attention(q, k, v, causal=causal)
-        got = (out, *torch.autograd.grad(out, (q, k, v), do))
-        q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-        ref = fa.flash_attention_ref(q64, k64, v64, causal=causal, dtype=torch.float64)
-        want = (ref, *torch.autograd.grad(ref, (q64, k64, v64), do.double()))
-        for name, g, w in zip(worst, got, want):
-            worst[name] = max(worst[name], (g.double() - w).abs().max().item())
-    fa.pin()
-    return worst
-
-
 def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
 
@@ -86,7 +69,8 @@ def main(path: str, names: list[str]) -> None:
         apply(name)
         for d in (128, 64):
             for causal in (False, True):
-                rows.append(dict(setting=name, d=d, causal=causal, what="max_error", **errors(d, causal)))
+                rows.append(dict(setting=name, d=d, causal=causal, what="max_error",
+                                 **max_errors(d, causal, ERROR_LENGTHS)))
         for d, causal, n in SPEED:
             b, h = 16384 // n, 16
             q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))

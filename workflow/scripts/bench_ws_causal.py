@@ -27,19 +27,25 @@ SPEED_LENGTHS = [4096, 8192, 16384]
 
 
 def errors(ws_causal: bool, d: int) -> dict:
-    """Max |error| against fp64 of out, dq, dk, dv over ERROR_LENGTHS, the '/ws' tiles pinned."""
+    """Max |error| against fp64 of out, dq, dk, dv over ERROR_LENGTHS, causal, the '/ws' tiles pinned."""
     fa.WS_CAUSAL = ws_causal
+    return max_errors(d, True, ERROR_LENGTHS)
+
+
+def max_errors(d: int, causal: bool, lengths) -> dict:
+    """Max |error| against fp64 of out, dq, dk, dv (bf16, batch 2, 3 heads) over (seq_q, seq_k) ``lengths``,
+    the '/ws' tiles pinned for the call."""
     fa.pin(fwd="128x128/w4/s2/ws", bwd_dkdv="64x128/w4/s2/ws")
     worst = dict(out=0.0, dq=0.0, dk=0.0, dv=0.0)
     try:
-        for sq, sk in ERROR_LENGTHS:
+        for sq, sk in lengths:
             q, k, v = (torch.randn(2, 3, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                        for s in (sq, sk, sk))
             do = torch.randn_like(q)
-            out = fa.flash_attention(q, k, v, causal=True)
+            out = fa.flash_attention(q, k, v, causal=causal)
             got = (out, *torch.autograd.grad(out, (q, k, v), do))
             ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
-            ref = fa.flash_attention_ref(*ref_in, causal=True, dtype=torch.float64)
+            ref = fa.flash_attention_ref(*ref_in, causal=causal, dtype=torch.float64)
             want = (ref, *torch.autograd.grad(ref, ref_in, do.double()))
             for name, g, w in zip(worst, got, want):
                 worst[name] = max(worst[name], (g.double() - w).abs().max().item())
