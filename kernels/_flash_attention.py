@@ -53,16 +53,6 @@ CANDIDATES = {
     "bwd_one_pass": [(64, 128, 8, 3), (64, 64, 4, 3), (64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2),
                      (32, 32, 4, 1)],
 }  # from workflow/scripts/tune_flash.py on the H200: the tiles that won or came close at some shape
-# Off: the causal '/ws' forward persistent, its tiles in _longest_first's order. On the H200 a grid-stride loop in
-# plain order (longest first per head) ran at 398 TFLOP/s at 16384 rows, head_dim 128, against 457 for the
-# pointer kernel: the tiles differ in length and were shared out unevenly (tune_flash.py, ninth round).
-CAUSAL_PERSISTENT = False
-# Off until measured: the '/ws' forward's running max started at -FLT_MAX rather than -inf, which spares
-# its loop a guard per row and tile (a minimal kernel without the guard ran 4-6% faster at head_dim 64).
-FWD_FINITE_START = False
-# Off until measured: the backward's TMA kernel (the '/ws' dK/dV kernel, the one-pass backward) persistent,
-# as the forward is.
-DKDV_PERSISTENT = False
 # The head-dim blocks at which the '/ws' tiles are offered: where they paid on the H200.
 WS_HEAD_DIMS = {"fwd": (64, 128), "bwd_dkdv": (128,)}
 # A causal forward on a '/ws' tile runs the TMA kernel over the key tiles no row's mask cuts, then the
@@ -255,15 +245,15 @@ def _flash_fwd_tma_kernel(
     n_heads, seq_q, seq_k, qk_scale, n_bh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_K: tl.constexpr, PARTIAL: tl.constexpr,
-    FLAT: tl.constexpr, TILE_STAGES: tl.constexpr, FINITE_START: tl.constexpr,
+    FLAT: tl.constexpr, TILE_STAGES: tl.constexpr,
 ):
     # The forward on Hopper (a '/ws' tile): _flash_fwd_kernel's arithmetic, with the tiles moved by the
     # tensor-memory accelerator (a head's rows past its length arrive as zeros, never from the next
     # head) and the key loop warp-specialized: a producer warp group issues the copies, two consumer
-    # groups run the dots and the softmax. Persistent when the grid is smaller than the tiles (without a
-    # causal mask, or with CAUSAL_PERSISTENT: _Forward): about one program per SM, each running query tiles in a grid-stride loop
-    # (16 heads x 4096 rows, head_dim 128, on the H200: 595-608 TFLOP/s against 519-529 with a program
-    # per tile, which paid a prologue and an epilogue per tile); causal, the longest tiles first.
+    # groups run the dots and the softmax. Persistent: about one program per SM (_Forward), each running
+    # query tiles in a grid-stride loop (16 heads x 4096 rows, head_dim 128, on the H200: 595-608 TFLOP/s
+    # against 519-529 with a program per tile, which paid a prologue and an epilogue per tile); causal,
+    # the longest tiles first, in rounds that alternate direction (_longest_first).
     # FLAT (whole tiles, heads one after another: _flat): the descriptors are made once per program;
     # else per tile, over its head. Triton 3.6's warp specialization
     # takes no tl.reshape, so no 3-D or 4-D descriptor. Triton (3.6-3.9) specializes one loop per kernel
@@ -314,8 +304,9 @@ def _flash_fwd_tma_kernel(
             q_row = start_m
             k_row = 0
         q = q_desc.load([q_row, 0])
-        # FINITE_START: the running max starts at -FLT_MAX, so it is never -inf and needs no guard below
-        m_i = tl.full([BLOCK_M], -3.4028234663852886e38 if FINITE_START else float("-inf"), dtype=tl.float32)
+        # The running max starts at -FLT_MAX, not -inf: a row that has seen only -inf scores then takes
+        # exp2(-inf - m) = 0 with no guard against -inf - -inf (4-6% faster at head_dim 64 on the H200)
+        m_i = tl.full([BLOCK_M], -3.4028234663852886e38, dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
         hi = seq_k
@@ -333,17 +324,11 @@ def _flash_fwd_tma_kernel(
                     keep = keep & (cols[None, :] <= rows[:, None] + (start_m + causal_offset))
                 qk = tl.where(keep, qk * qk_scale, float("-inf"))
                 m_new = tl.maximum(m_i, tl.max(qk, 1))
-                m_new_safe = m_new
-                if not FINITE_START:
-                    m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet
-                p = tl.math.exp2(qk - m_new_safe[:, None])
+                p = tl.math.exp2(qk - m_new[:, None])
             else:  # the scale folds into one multiply-add
                 m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-                m_new_safe = m_new
-                if not FINITE_START:
-                    m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # only -inf scores so far
-                p = tl.math.exp2(qk * qk_scale - m_new_safe[:, None])
-            alpha = tl.math.exp2(m_i - m_new_safe)
+                p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+            alpha = tl.math.exp2(m_i - m_new)
             l_i = l_i * alpha + tl.sum(p, 1)
             v = v_desc.load([k_row + start_n, 0])
             acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
@@ -353,7 +338,7 @@ def _flash_fwd_tma_kernel(
         acc = acc / tl.where(empty, 1.0, l_i)[:, None]
         if STORE_LSE or PARTIAL:  # as (seq_q, 4) rows through a descriptor: a plain store after the loop is lost on 3.6
             if PARTIAL:
-                lse = m_i + tl.math.log2(l_i)  # -inf where l_i = 0 (log2(0) = -inf, m_i -inf or -FLT_MAX)
+                lse = m_i + tl.math.log2(l_i)  # -inf where l_i = 0 (log2(0) = -inf, m_i -FLT_MAX)
             else:
                 lse = tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
             lse_desc.store([q_row, 0], tl.broadcast_to(lse[:, None], [BLOCK_M, 4]))
@@ -497,10 +482,9 @@ def _flash_bwd_tma_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_dom, stride_dod,
-    n_heads, seq_q, seq_k, sm_scale, qk_scale, n_bh,
+    n_heads, seq_q, seq_k, sm_scale, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_Q: tl.constexpr, ADD_DQ: tl.constexpr, WS: tl.constexpr,
-    PERSISTENT: tl.constexpr,
 ):
     # The one-pass backward on Hopper (FlashAttention-3's scheme): _flash_bwd_dkdv_kernel with ADD_DQ,
     # but every tile moved by the tensor-memory accelerator, one 2-D descriptor per head (rows past a
@@ -510,44 +494,9 @@ def _flash_bwd_tma_kernel(
     # issues the copies, two consumer groups split the keys); Triton (3.9) specializes it only without
     # ADD_DQ. One loop, masked throughout unless no tile needs it (EVEN_Q: not causal and seq_q a
     # multiple of BLOCK_M).
+    # A program per key tile (persistent measured no faster on the H200: tune_flash.py, tenth round).
     # The caller guarantees a unit stride in head_dim and 16-byte aligned bases and strides (_tma_ready).
-    # PERSISTENT: about one program per SM, running key tiles in a grid-stride loop (causal: longest
-    # first, _longest_first); else a program per key tile.
-    if PERSISTENT:
-        tiles = tl.cdiv(seq_k, BLOCK_N)
-        for tile in tl.range(tl.program_id(0), tiles * n_bh, tl.num_programs(0), num_stages=1):
-            if CAUSAL:  # a key tile sees the queries from its diagonal on: the first keys' tiles are longest
-                bh, rank = _longest_first(tile, tiles, n_bh)
-                start_n = rank * BLOCK_N
-            else:
-                bh = tile // tiles
-                start_n = (tile % tiles) * BLOCK_N
-            _bwd_tma_tile(start_n, bh, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
-                          stride_qb, stride_qh, stride_qm, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-                          stride_vb, stride_vh, stride_vn, stride_vd, stride_dob, stride_doh, stride_dom, stride_dod,
-                          n_heads, seq_q, seq_k, sm_scale, qk_scale,
-                          HEAD_DIM, BLOCK_D, CAUSAL, BLOCK_M, BLOCK_N, EVEN_Q, ADD_DQ, WS)
-    else:
-        start_n, bh = _tile_and_head(seq_k, BLOCK_N)
-        _bwd_tma_tile(start_n, bh, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
-                      stride_qb, stride_qh, stride_qm, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-                      stride_vb, stride_vh, stride_vn, stride_vd, stride_dob, stride_doh, stride_dom, stride_dod,
-                      n_heads, seq_q, seq_k, sm_scale, qk_scale,
-                      HEAD_DIM, BLOCK_D, CAUSAL, BLOCK_M, BLOCK_N, EVEN_Q, ADD_DQ, WS)
-
-
-@triton.jit
-def _bwd_tma_tile(
-    start_n, bh, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_dob, stride_doh, stride_dom, stride_dod,
-    n_heads, seq_q, seq_k, sm_scale, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_Q: tl.constexpr, ADD_DQ: tl.constexpr, WS: tl.constexpr,
-):
-    """_flash_bwd_tma_kernel's work for the BLOCK_N keys from start_n of head bh."""
+    start_n, bh = _tile_and_head(seq_k, BLOCK_N)
     MASK: tl.constexpr = CAUSAL or not EVEN_Q
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
@@ -723,12 +672,6 @@ def _sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _grid(programs: int, device: torch.device, persistent: bool) -> int:
-    """A persistent TMA kernel's grid: one program per SM at most, each looping over the ``programs``
-    tiles a program-per-tile grid would have."""
-    return min(programs, _sms(device)) if persistent else programs
-
-
 def tile_stages(block_d: int, causal: bool) -> int:
     """The persistent TMA forward's tile-loop stages: 2 (the next tile's Q loaded during this one's loop)
     at head_dim blocks up to 64, +3-6% there on the H200; 1 above, where Triton 3.9 would need 295512 B
@@ -798,13 +741,9 @@ class _Forward:
                 split = causal and not WS_CAUSAL
                 flat = _flat(q, tile.block_m) and _flat(o, tile.block_m) and _flat(k, tile.block_n) \
                     and _flat(v, tile.block_n)
-                # persistent without a causal mask; under one a program per tile unless CAUSAL_PERSISTENT
-                persistent = not causal or CAUSAL_PERSISTENT
-                ws = _prepare(_flash_fwd_tma_kernel, _grid(programs, q.device, persistent),
-                              (*numbers, batch * heads),
+                ws = _prepare(_flash_fwd_tma_kernel, min(programs, _sms(q.device)), (*numbers, batch * heads),
                               {**consts, "EVEN_K": split or seq_k % tile.block_n == 0, "PARTIAL": split,
-                               "FLAT": flat, "TILE_STAGES": tile_stages(block_d, causal),
-                               "FINITE_START": FWD_FINITE_START}, tile)
+                               "FLAT": flat, "TILE_STAGES": tile_stages(block_d, causal)}, tile)
                 diagonal = Tile(tile.block_m, *DIAGONAL_FWD)
                 return ws, _prepare(_flash_fwd_kernel, programs, numbers, {**consts, "WS_N": tile.block_n},
                                     diagonal) if split else None
@@ -862,10 +801,9 @@ class _Backward:
         def dkdv(tile: Tile, add_dq: bool) -> Prepared:
             programs = _cdiv(seq_k, tile.block_n) * batch * heads
             if (add_dq and self.tma and _HAS_TMA_REDUCE) or (tile.ws and ws):
-                return _prepare(_flash_bwd_tma_kernel, _grid(programs, q.device, DKDV_PERSISTENT),
-                                (*numbers, batch * heads),
+                return _prepare(_flash_bwd_tma_kernel, programs, numbers,
                                 {**consts, "EVEN_Q": not causal and seq_q % tile.block_m == 0, "ADD_DQ": add_dq,
-                                 "WS": tile.ws and not add_dq, "PERSISTENT": DKDV_PERSISTENT}, tile)
+                                 "WS": tile.ws and not add_dq}, tile)
             return _prepare(_flash_bwd_dkdv_kernel, programs, numbers, {**consts, "ADD_DQ": add_dq}, tile)
 
         def dq_of(tile: Tile) -> Prepared:

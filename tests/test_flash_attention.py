@@ -309,10 +309,10 @@ def test_the_causal_forward_split_between_the_tma_and_pointer_kernels_meets_the_
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_with_a_finite_start_the_tma_forward_gives_what_it_gives_from_minus_inf(causal, monkeypatch):
-    """FWD_FINITE_START: the running max from -FLT_MAX, no guard against -inf in the loop. Rows that see no
-    key (causal, seq_q > seq_k) or only keys of -inf, and a finite score near -FLT_MAX, come out as from
-    -inf: the same output and log-sum-exp, 0 and +inf where no key counts."""
+def test_the_tma_forwards_finite_start_gives_what_the_pointer_kernel_gives(causal, monkeypatch):
+    """The TMA forward's running max starts at -FLT_MAX, with no guard against -inf in its loop. Rows that
+    see no key (causal, seq_q > seq_k) or only keys of -inf, and a finite score near -FLT_MAX, come out as
+    from the pointer kernel's start at -inf: the same output and log-sum-exp, 0 and +inf where no key counts."""
     from kernels import _flash_attention as fa
 
     q, k, v = (t.detach() for t in qkv(2, 3, 100, 70, 16, torch.float32))
@@ -322,11 +322,10 @@ def test_with_a_finite_start_the_tma_forward_gives_what_it_gives_from_minus_inf(
     k[:, :, 45, 0] = -3.4028234663852886e38  # a score of -FLT_MAX / 4: weight 0 beside any other key
     got = {}
     with tma_in_the_interpreter(monkeypatch, fwd="32x32/w4/s1/ws") as used:
-        for finite in (False, True):
-            monkeypatch.setattr(fa, "FWD_FINITE_START", finite)
-            fa._plans.clear()
-            got[finite] = fa._Forward(q, k, v, causal, 0.25, True)(q, k, v)
-    assert any(kernel is fa._flash_fwd_tma_kernel and c["FINITE_START"] for kernel, c in used)
+        for tile in ("32x32/w4/s1", "32x32/w4/s1/ws"):  # the pointer kernel alone, then the TMA one (and causal, both)
+            fa.pin(fwd=tile)
+            got[tile.endswith("/ws")] = fa._Forward(q, k, v, causal, 0.25, True)(q, k, v)
+    assert any(kernel is fa._flash_fwd_tma_kernel for kernel, _ in used)
     for a, b in zip(got[False], got[True]):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0, equal_nan=True)
     want = flash_attention_ref(q.double(), k.double(), v.double(), causal=causal, sm_scale=0.25, dtype=torch.float64)
@@ -334,15 +333,11 @@ def test_with_a_finite_start_the_tma_forward_gives_what_it_gives_from_minus_inf(
 
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")
-@pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("sq, sk", [(200, 200), (130, 70), (70, 200)])
-def test_the_causal_tma_forward_runs_every_tile_once_in_its_order(sq, sk, persistent, causal_ws, monkeypatch):
-    """The causal split's TMA part takes its tiles longest first, every head's of one length together;
-    with CAUSAL_PERSISTENT in a grid of 3 programs (the interpreter's), rounds alternately forwards and
-    backwards, the last partial: each tile runs once either way."""
-    from kernels import _flash_attention as fa
-
-    monkeypatch.setattr(fa, "CAUSAL_PERSISTENT", persistent)
+def test_the_causal_tma_forward_runs_every_tile_once_in_its_order(sq, sk, causal_ws):
+    """The causal split's TMA part takes its tiles longest first, every head's of one length together, in
+    a grid of 3 programs (the interpreter's), rounds alternately forwards and backwards, the last partial:
+    each tile runs once."""
     check(*qkv(2, 3, sq, sk, 16, torch.float16), True, torch.float16)
 
 
@@ -404,21 +399,6 @@ def test_the_tma_kernels_under_a_causal_mask_meet_the_rule(sq, sk, d, ws_causal)
     """Forward, log-sum-exp and gradients with WS_CAUSAL: rows with no key, tiles the diagonal cuts at
     every offset from their start, one query row, one key."""
     check(*qkv(1, 2, sq, sk, d, torch.float16), True, torch.float16)
-
-
-@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("sq, sk", [(200, 200), (130, 70), (70, 200)])
-def test_the_persistent_tma_dkdv_kernel_meets_the_rule(sq, sk, causal, monkeypatch):
-    """DKDV_PERSISTENT: the '/ws' dK/dV kernel in a grid of 3 programs (the interpreter's), each running
-    key tiles in a grid-stride loop (causal, with WS_CAUSAL: longest first, rounds alternating direction)."""
-    from kernels import _flash_attention as fa
-
-    monkeypatch.setattr(fa, "DKDV_PERSISTENT", True)
-    monkeypatch.setattr(fa, "WS_CAUSAL", causal)
-    with tma_in_the_interpreter(monkeypatch, bwd_dkdv="32x32/w4/s1/ws") as used:
-        check(*qkv(2, 3, sq, sk, 16, torch.float16), causal, torch.float16)
-    assert any(kernel is fa._flash_bwd_tma_kernel and c["PERSISTENT"] and c["WS"] for kernel, c in used)
 
 
 @pytest.fixture(params=[("two_pass", False), ("two_pass", True), ("one_pass", False)],

@@ -71,17 +71,16 @@ def test_writeup_attention_needs_more_shared_memory_as_n_k_grows():
                                                             (False, True, True, True), (True, True, True, False)])
 def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store_lse, even_k, causal, split, head_dim):
     """Every '/ws' candidate at the head dims where they are offered, with and without the log-sum-exp
-    and the tail mask, with descriptors over every head (FLAT) and per head, the running max from -inf
-    and (FWD_FINITE_START) from -FLT_MAX; causal, the TMA kernel's part (PARTIAL)
-    and the pointer kernel's at the diagonal, or (WS_CAUSAL) the TMA kernel alone, masked throughout."""
+    and the tail mask, with descriptors over every head (FLAT) and per head; causal, the TMA kernel's
+    part (PARTIAL) and the pointer kernel's at the diagonal, or (WS_CAUSAL) the TMA kernel alone, masked throughout."""
     tiles = [t for t in fa.candidates("fwd", head_dim, 2, interpreter=False, tma=True) if t.ws]
     assert tiles
     consts = dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=causal, STORE_LSE=store_lse)
     types = arg_types("_flash_fwd_tma_kernel", 5, "bf16")
-    assert_all_fit({f"{t} FLAT={flat} FINITE_START={finite}": fit_request(
-        "_flash_fwd_tma_kernel", types, t, dict(consts, EVEN_K=even_k, PARTIAL=split, FLAT=flat, FINITE_START=finite,
+    assert_all_fit({f"{t} FLAT={flat}": fit_request(
+        "_flash_fwd_tma_kernel", types, t, dict(consts, EVEN_K=even_k, PARTIAL=split, FLAT=flat,
                                                 TILE_STAGES=fa.tile_stages(head_dim, causal)))
-        for t in tiles for flat, finite in ((True, False), (False, False), (True, True))})
+        for t in tiles for flat in (True, False)})
     if split:
         diagonal = [fa.Tile(t.block_m, *fa.DIAGONAL_FWD) for t in tiles]
         assert_each_fits("_flash_fwd_kernel", arg_types("_flash_fwd_kernel", 6, "bf16"), diagonal,
@@ -94,21 +93,16 @@ def test_every_tile_of_the_tma_one_pass_backward_fits(dtype, head_dim):
     must admit only tiles that compile within Hopper's limit."""
     tiles = fa.candidates("bwd_one_pass", head_dim, torch.empty(0, dtype=dtype).element_size(), interpreter=False, tma=True)
     assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, ELT[dtype]), tiles,
-                     dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False, ADD_DQ=True, WS=False,
-                          PERSISTENT=fa.DKDV_PERSISTENT))
+                     dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False, ADD_DQ=True, WS=False))
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_the_warp_specialized_dkdv_tiles_compile_within_hopper_shared_memory(causal):
     """Every '/ws' dK/dV candidate at head_dim 128: the TMA kernel without the dQ reduce-add, its query
-    loop warp-specialized (under a causal mask only with WS_CAUSAL), a program per key tile or
-    persistent (DKDV_PERSISTENT)."""
+    loop warp-specialized (under a causal mask only with WS_CAUSAL)."""
     tiles = [t for t in fa.candidates("bwd_dkdv", 128, 2, interpreter=False, tma=True) if t.ws]
-    types = arg_types("_flash_bwd_tma_kernel", 9, "bf16")
-    assert_all_fit({f"{t} PERSISTENT={persistent}": fit_request(
-        "_flash_bwd_tma_kernel", types, t, dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=causal, EVEN_Q=False, ADD_DQ=False,
-                                                WS=True, PERSISTENT=persistent))
-        for t in tiles for persistent in (False, True)})
+    assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, "bf16"), tiles,
+                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=causal, EVEN_Q=False, ADD_DQ=False, WS=True))
 
 
 def test_the_wide_softmax_forwards_compile_with_and_without_masks():

@@ -1,6 +1,6 @@
-"""The forms of flash_attention's TMA kernels that are off until measured (kernels._flash_attention's
-CAUSAL_PERSISTENT, DKDV_PERSISTENT, FWD_FINITE_START; the one-pass backward, persistent or not) beside the
-default (GPU only, Hopper; not part of the pipeline).
+"""The forms of flash_attention that are off by default (the one-pass backward; WS_CAUSAL, the '/ws'
+kernels under a causal mask; '/ws' dK/dV tiles at head_dim 64) beside the default (GPU only, Hopper; not
+part of the pipeline). Its tenth-round figures are in tune_flash.py's docstring.
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_persistent.py out.csv [setting ...]
 
@@ -29,12 +29,8 @@ from bench_ws_causal import max_errors  # this folder is the script's first impo
 SETTINGS = {  # name -> module attributes (BACKWARD: the backward, as KERNELS_FLASH_BACKWARD names it)
     "default": {},
     "one_pass": {"BACKWARD": "one_pass"},
-    "one_pass_persistent": {"BACKWARD": "one_pass", "DKDV_PERSISTENT": True},
-    "causal_persistent": {"CAUSAL_PERSISTENT": True},
-    "dkdv_persistent": {"DKDV_PERSISTENT": True},
-    "dkdv_persistent_ws64": {"DKDV_PERSISTENT": True, "WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (64, 128)}},
-    "finite_start": {"FWD_FINITE_START": True},
-    "all_causal_ws": {"CAUSAL_PERSISTENT": True, "DKDV_PERSISTENT": True, "WS_CAUSAL": True},
+    "ws_causal": {"WS_CAUSAL": True},
+    "ws64_dkdv": {"WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (64, 128)}},
 }
 ERROR_LENGTHS = [(1000, 1000), (300, 1100), (1100, 300), (2048, 2048)]
 SPEED = [(d, causal, s) for d in (128, 64) for causal in (False, True) for s in (4096, 16384)]
@@ -91,9 +87,9 @@ def main(path: str, names: list[str]) -> None:
                 rows.append(dict(setting=name, d=d, causal=causal, seq=n, what=f"fwd_bwd {provider}",
                                  tflops=3.5 * flops / ms / 1e9, tile=str(chosen) if provider == "flash" else ""))
             print(pd.DataFrame(rows).tail(4).to_string(), flush=True)
+        pd.DataFrame(rows).to_csv(path, index=False)  # after each setting: a run cut short keeps what it measured
     apply("default")
     df = pd.DataFrame(rows)
-    df.to_csv(path, index=False)
     speed = df[df.what != "max_error"].pivot_table(index=["d", "causal", "seq", "what"], columns="setting", values="tflops")
     print(df[df.what == "max_error"].to_string())
     print(speed.round(1).to_string())

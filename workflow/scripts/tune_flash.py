@@ -150,6 +150,19 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   (DKDV_PERSISTENT). Tensor descriptors made on the host (TensorDescriptor arguments) or over 3-D/4-D
   views (a tl.reshape after each load): Triton 3.6's warp specialization fails to compile either
   ("unsupported op type" in WSDataPartition), and 3.9's the second.
+- tenth round (bench_persistent.py, one process, tuned afresh per setting; bf16, B*S = 16384, H = 16;
+  TFLOP/s at S = 4096 / 16384, the default first; cuDNN in the same process 600-670 at head_dim 128 and
+  moving up to 10% between settings). Kept: the running max from -FLT_MAX (no -inf guard) in the '/ws'
+  forward: head_dim 64 445 / 463 against 421 / 432, 128 601 / 582 against 579 / 568, causal 128 408 /
+  558 against 419 / 537 (errors against fp64 as before). Kept: the causal '/ws' forward persistent, rounds
+  alternating direction: causal 128 420 / 549 against 419 / 537, causal 64 353 / 413 against 348 / 397;
+  so the '/ws' forward is always persistent. Not kept: the backward's TMA kernel persistent (fwd+bwd at
+  128 414 / 434 against 406 / 448, 64 336 / 366 against 344 / 359; with '/ws' dK/dV tiles at 64 too 337 /
+  364); the one-pass backward persistent (287 / 307 at 64, 370 / 416 at 128, against the one-pass
+  backward's 362 / 389 and 372 / 415); WS_CAUSAL with the rest (causal fwd 438 / 468, fwd+bwd 316 / 372
+  at 128). The one-pass backward (not default: atomics, not bitwise reproducible) beat the two-pass
+  one at head_dim 64 without a mask (fwd+bwd 362 / 389 against 344 / 359, cuDNN 424 / 446) and lost
+  everywhere else (causal 64 260 / 321 against 295 / 339; 128 372 / 415 against 406 / 448).
 """
 from __future__ import annotations
 
