@@ -1,14 +1,17 @@
 """The sweep behind kernels/_softmax.py's sizes (GPU only; not part of the pipeline).
 
-    PYTHONPATH=.:workflow python workflow/scripts/tune_softmax.py out.csv
+    PYTHONPATH=.:workflow python workflow/scripts/tune_softmax.py out.csv [--widths 32768,65536]
+        [--dtypes bfloat16] [--directions forward]
 
 For every row width N (M x N holds 2^28 bytes) and dtype it times, forward and backward, each candidate
-configuration of the improved kernel beside torch (and, forward, the writeup's kernel), checks each
-result against torch, and writes one CSV row per (direction, dtype, N, provider).
+configuration of the improved kernel beside torch (and, forward, the writeup's kernel) and a device copy
+of the same tensor (provider "copy": the fraction of copy is gbps over its gbps), checks each result
+against torch, and writes one CSV row per (direction, dtype, N, provider), the file rewritten after each
+width so that a run cut short keeps what it measured. The options narrow the sweep.
 """
 from __future__ import annotations
 
-import sys
+import argparse
 
 import pandas as pd
 import torch
@@ -93,7 +96,14 @@ def candidates(n: int, direction: str) -> dict:
     0.712-0.717 / 0.600-0.602 / 0.586-0.589 with the masks, fp32 at 65536 0.895-0.897 against 0.868. The
     backward keeps its masks: the one-segment bf16 backward at 65536 columns ran slower without them (0.79
     against 0.90), and its wider rows measured two speeds by process (0.77-0.81 or 0.50-0.58 at 131072 to
-    2^20, not understood) whichever form. The form committed here is still to be measured."""
+    2^20, not understood) whichever form. The form committed here is still to be measured.
+
+    Thread-block clusters (num_ctas, a row spread over up to 8 CTAs that reduce through distributed shared
+    memory, as QuACK does), compiled for sm_90 on a CPU: Triton 3.9 builds the rows path's forward at one
+    row of 65536-262144 fp32 columns over 2-8 CTAs (the columns split between the CTAs, the reductions
+    through mapa and barrier.cluster); Triton 3.6, the H200's, fails on it and on a 1-D
+    kernel (TritonGPUPlanCTAPass: "invalid layout" for the 2-D slice, "parent layout must have at least
+    rank >= 2" for 1-D). So not measured: the path for a GPU with a newer Triton."""
     out = {"default": {}}
     width = triton.next_power_of_2(n)
     for tile in (1024, 2048, 4096, 8192, 16384, 32768) if direction == "forward" else ():
@@ -117,10 +127,10 @@ def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=10, rep=40)
 
 
-def main(path: str) -> None:
+def main(path: str, widths: list[int], dtypes: list[str], directions: list[str]) -> None:
     rows = []
-    for dtype in (torch.float32, torch.bfloat16):
-        for n in WIDTHS:
+    for dtype in (getattr(torch, name) for name in dtypes):
+        for n in widths:
             m = max(1, BYTES // (n * dtype.itemsize))
             x = torch.randn(m, n, device="cuda", dtype=dtype)
             ref = torch.softmax(x, -1)
@@ -128,7 +138,11 @@ def main(path: str) -> None:
             ref_dx = torch._softmax_backward_data(dy, ref, -1, dtype)
             moved = {"forward": 2 * x.numel() * dtype.itemsize, "backward": 3 * x.numel() * dtype.itemsize}
             tol = 1e-5 if dtype == torch.float32 else 2e-2
-            for direction in ("forward", "backward"):
+            copy = torch.empty_like(x)
+            ms = bench(lambda: copy.copy_(x))
+            rows.append(dict(direction="copy", dtype=str(dtype)[6:], n=n, m=m, provider="copy", ms=ms,
+                             gbps=2 * x.numel() * dtype.itemsize / ms / 1e6))
+            for direction in directions:
                 runs = {"torch": (lambda: torch.softmax(x, -1)) if direction == "forward"
                         else (lambda: torch._softmax_backward_data(dy, ref, -1, dtype))}
                 if direction == "forward" and n <= 32768:
@@ -151,8 +165,19 @@ def main(path: str) -> None:
                         rows.append(dict(direction=direction, dtype=str(dtype)[6:], n=n, m=m, provider=label,
                                          error=repr(e)[:200]))
                     print(rows[-1], flush=True)
-    pd.DataFrame(rows).to_csv(path, index=False)
+            pd.DataFrame(rows).to_csv(path, index=False)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", help="the CSV to write")
+    parser.add_argument("--widths", type=lambda s: [int(w) for w in s.split(",")], default=WIDTHS,
+                        help="row widths, comma-separated (default: 128..2^20)")
+    parser.add_argument("--dtypes", type=lambda s: s.split(","), default=["float32", "bfloat16"])
+    parser.add_argument("--directions", type=lambda s: s.split(","), default=["forward", "backward"])
+    args = parser.parse_args()
+    unknown = [d for d in args.dtypes if not isinstance(getattr(torch, d, None), torch.dtype)]
+    unknown += [d for d in args.directions if d not in ("forward", "backward")]
+    if unknown:
+        parser.error(f"unknown dtypes or directions: {unknown}")
+    main(args.out, args.widths, args.dtypes, args.directions)
