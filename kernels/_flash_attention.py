@@ -67,9 +67,9 @@ WS_CAUSAL = False
 # Off until measured: the two-pass backward's '/ws' dK/dV tiles under a causal mask split as the forward's
 # are, the forward keeping its split: the pointer kernel (the '/ws' tile's sizes, DIAGONAL_DKDV's warps
 # and stages) over the query tiles the diagonal cuts, then the TMA kernel over the rest, unmasked, from
-# the partial sums the first left in fp32 (in dK's own dtype, rounded twice, they failed the accuracy
-# rule in the interpreter). (Under WS_CAUSAL the TMA kernel runs them all, masked throughout, which was
-# slower than the pointer kernel.)
+# the partial sums the first left in fp32: a scratch buffer per call of 4x K's size in bf16 (batch *
+# heads * seq_k * 2 * head-dim block floats). (Under WS_CAUSAL the TMA kernel runs them all, masked
+# throughout, which was slower than the pointer kernel.)
 WS_CAUSAL_BACKWARD = False
 DIAGONAL_DKDV = (8, 2)
 SHARED_BUDGET = 180 * 1024  # of Hopper's 227 KiB per block, leaving room for what the estimate omits
@@ -713,8 +713,8 @@ def _sms(device: torch.device) -> int:
 def tile_stages(block_d: int, causal: bool) -> int:
     """The persistent TMA forward's tile-loop stages: 2 (the next tile's Q loaded during this one's loop)
     at head_dim blocks up to 64, +3-6% there on the H200; 1 above, where Triton 3.9 would need 295512 B
-    of shared memory at 128x128/s2 (and 3.6 measured within noise of 1), and under a causal mask, where
-    a program runs one tile."""
+    of shared memory at 128x128/s2 (and 3.6 measured within noise of 1), and under a causal mask (chosen
+    when a causal program ran one tile; not measured since it runs several)."""
     return 2 if block_d <= 64 and not causal else 1
 
 

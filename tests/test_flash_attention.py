@@ -402,17 +402,20 @@ def test_the_tma_kernels_under_a_causal_mask_meet_the_rule(sq, sk, d, ws_causal)
 
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
-@pytest.mark.parametrize("sq, sk, d", [(100, 100, 64), (70, 130, 40), (130, 70, 64), (64, 64, 16), (33, 1, 16),
-                                       (1, 97, 16), (96, 160, 16)])
-def test_the_causal_dkdv_split_meets_the_rule(sq, sk, d, monkeypatch):
-    """WS_CAUSAL_BACKWARD: a causal backward on a '/ws' dK/dV tile runs the TMA kernel over the query tiles
-    no mask cuts, unmasked (PARTIAL), then the pointer kernel over the diagonal's (DIAGONAL), adding to
-    what the first wrote: gradients at lengths whose diagonal cuts tiles at every offset, rows with no
-    key, whole tiles (64 x 64, 96 x 160: no row mask), one query row, one key."""
+@pytest.mark.parametrize("sq, sk, d, tile", [(100, 100, 64, "32x32"), (70, 130, 40, "32x32"), (130, 70, 64, "32x32"),
+                                             (64, 64, 16, "32x32"), (33, 1, 16, "32x32"), (1, 97, 16, "32x32"),
+                                             (96, 160, 16, "32x32"), (96, 100, 16, "32x32"), (100, 100, 64, "16x32"),
+                                             (96, 75, 16, "16x32"), (33, 97, 16, "16x32")])
+def test_the_causal_dkdv_split_meets_the_rule(sq, sk, d, tile, monkeypatch):
+    """WS_CAUSAL_BACKWARD: a causal backward on a '/ws' dK/dV tile runs the pointer kernel over the query
+    tiles the diagonal cuts (DIAGONAL), then the TMA kernel over the rest, unmasked (PARTIAL), going on
+    from the first one's sums: gradients at lengths whose diagonal cuts tiles at every offset, rows with
+    no key, whole query tiles (no row mask) with whole and ragged key tiles, one query row, one key; square
+    tiles and, as the H200's 64x128, fewer queries than keys per tile."""
     from kernels import _flash_attention as fa
 
     monkeypatch.setattr(fa, "WS_CAUSAL_BACKWARD", True)
-    with tma_in_the_interpreter(monkeypatch, fwd="32x32/w4/s1/ws", bwd_dkdv="32x32/w4/s1/ws") as used:
+    with tma_in_the_interpreter(monkeypatch, fwd="32x32/w4/s1/ws", bwd_dkdv=f"{tile}/w4/s1/ws") as used:
         check(*qkv(1, 2, sq, sk, d, torch.float16), True, torch.float16)
     assert any(kernel is fa._flash_bwd_tma_kernel and c["PARTIAL"] and c["WS"] for kernel, c in used)
     assert any(kernel is fa._flash_bwd_dkdv_kernel and c["DIAGONAL"] for kernel, c in used)

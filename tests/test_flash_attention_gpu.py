@@ -342,14 +342,15 @@ def test_the_causal_dkdv_split_is_right(dkdv, d, dtype, monkeypatch):
     """WS_CAUSAL_BACKWARD (off by default): a causal backward on a '/ws' dK/dV tile runs the pointer kernel
     over the query tiles the diagonal cuts, then the '/ws' kernel over the rest, unmasked, from the first
     one's fp32 sums; the gradients must be the reference's at lengths whose diagonal cuts tiles at every
-    offset, unequal both ways, whole tiles, strided."""
+    offset, unequal both ways, whole query tiles with ragged key tiles (1024 x 1000), whole tiles, strided."""
     monkeypatch.setattr(fa, "WS_CAUSAL_BACKWARD", True)
     prepared = []
     real = fa._prepare
     monkeypatch.setattr(fa, "_prepare", lambda kernel, *a, **kw: prepared.append((kernel, *a)) or real(kernel, *a, **kw))
     fa.pin(bwd_dkdv=dkdv)
     try:
-        for sq, sk, strided in LENGTHS + ((300, 1100, False), (1100, 300, True), (4096, 4096, False)):
+        for sq, sk, strided in LENGTHS + ((300, 1100, False), (1100, 300, True), (1024, 1000, False),
+                                          (4096, 4096, False)):
             q, k, v = odd_qkv(sq, sk, d, dtype, strided)
             do = torch.randn_like(q)
             prepared.clear()
