@@ -487,17 +487,15 @@ def _flash_bwd_dkdv_kernel(
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
                              row_base, whole, seq_q, offs_m, offs_n, offs_d, d_mask, seq_q, seq_k, causal_offset,
                              qk_scale, False, True, BLOCK_M, BLOCK_D, ADD_DQ)
-    if DIAGONAL:
+    if DIAGONAL:  # every key row, zeros too: the TMA kernel reads them all
         part = dq_acc_ptr + (bh.to(tl.int64) * seq_k + offs_n[:, None]) * (2 * BLOCK_D) + offs_d[None, :]
         tl.store(part, dk, mask=(offs_n < seq_k)[:, None])
         tl.store(part + BLOCK_D, dv, mask=(offs_n < seq_k)[:, None])
-        return
-    dk = dk * sm_scale
-
-    tl.store(dk_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-             dk.to(dk_ptr.dtype.element_ty), mask=kv_mask)
-    tl.store(dv_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-             dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
+    else:
+        tl.store(dk_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                 (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=kv_mask)
+        tl.store(dv_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                 dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
 
 
 @_jit
