@@ -1,7 +1,7 @@
 """The forms of flash_attention that are off by default (the one-pass backward; WS_CAUSAL, the '/ws'
 kernels under a causal mask; WS_CAUSAL_BACKWARD, the '/ws' dK/dV kernel under one, split at the diagonal;
-'/ws' dK/dV tiles at head_dim 64) beside the default (GPU only, Hopper; not
-part of the pipeline). Its tenth-round figures are in tune_flash.py's docstring.
+'/ws' dK/dV tiles at head_dim 64) beside the default (GPU only, Hopper; not part of the pipeline). Its
+tenth-round figures are in tune_flash.py's docstring.
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_persistent.py out.csv [setting ...]
 
