@@ -479,7 +479,11 @@ def _flash_bwd_dkdv_kernel(
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
                              row_base, lo, mid, offs_m, offs_n, offs_d, d_mask, seq_q, seq_k, causal_offset, qk_scale,
                              True, True, BLOCK_M, BLOCK_D, ADD_DQ)
-    if not DIAGONAL:
+    if DIAGONAL:  # every key row, zeros too: the TMA kernel reads them all
+        part = dq_acc_ptr + (bh.to(tl.int64) * seq_k + offs_n[:, None]) * (2 * BLOCK_D) + offs_d[None, :]
+        tl.store(part, dk, mask=(offs_n < seq_k)[:, None])
+        tl.store(part + BLOCK_D, dv, mask=(offs_n < seq_k)[:, None])
+    else:
         whole = tl.maximum(mid, (seq_q // BLOCK_M) * BLOCK_M)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
                              row_base, mid, whole, offs_m, offs_n, offs_d, d_mask, seq_q, seq_k, causal_offset,
@@ -487,11 +491,6 @@ def _flash_bwd_dkdv_kernel(
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
                              row_base, whole, seq_q, offs_m, offs_n, offs_d, d_mask, seq_q, seq_k, causal_offset,
                              qk_scale, False, True, BLOCK_M, BLOCK_D, ADD_DQ)
-    if DIAGONAL:  # every key row, zeros too: the TMA kernel reads them all
-        part = dq_acc_ptr + (bh.to(tl.int64) * seq_k + offs_n[:, None]) * (2 * BLOCK_D) + offs_d[None, :]
-        tl.store(part, dk, mask=(offs_n < seq_k)[:, None])
-        tl.store(part + BLOCK_D, dv, mask=(offs_n < seq_k)[:, None])
-    else:
         tl.store(dk_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
                  (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=kv_mask)
         tl.store(dv_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
@@ -541,7 +540,7 @@ def _flash_bwd_tma_kernel(
     offs_m = tl.arange(0, BLOCK_M)
     k = k_desc.load([start_n, 0])  # keys past seq_k arrive as 0 (P is zeroed there for dQ; dK/dV clip them)
     v = v_desc.load([start_n, 0])
-    if CAUSAL and PARTIAL:
+    if PARTIAL:  # only ever causal
         part_desc = tl.make_tensor_descriptor(dq_acc_ptr + bh.to(tl.int64) * seq_k * (2 * BLOCK_D),
                                               shape=[seq_k, 2 * BLOCK_D], strides=[2 * BLOCK_D, 1],
                                               block_shape=[BLOCK_N, BLOCK_D])
