@@ -163,11 +163,14 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   at 128). The one-pass backward (not default: atomics, not bitwise reproducible) beat the two-pass
   one at head_dim 64 without a mask (fwd+bwd 362 / 389 against 344 / 359, cuDNN 424 / 446) and lost
   everywhere else (causal 64 260 / 321 against 295 / 339; 128 372 / 415 against 406 / 448).
-  Written, to measure (bench_persistent.py ws_causal_backward): the causal two-pass backward on '/ws'
-  dK/dV tiles split at the diagonal (WS_CAUSAL_BACKWARD), the gap this round left widest (causal fwd+bwd
-  at head_dim 128: 0.73-0.74 of cuDNN). Triton (3.9) does not warp-specialize a kernel with a plain loop
-  over the diagonal's query tiles before the specialized one (NVGPUWarpSpecialization fails), so the
-  diagonal's tiles run in the pointer kernel first, leaving fp32 sums that the '/ws' kernel goes on from.
+  Removed: the causal two-pass backward on '/ws' dK/dV tiles split at the diagonal (WS_CAUSAL_BACKWARD,
+  commit 773af9a), aimed at the gap this round left widest (causal fwd+bwd at head_dim 128: 0.73-0.74 of
+  cuDNN). Triton (3.9) does not warp-specialize a kernel with a plain loop over the diagonal's query
+  tiles before the specialized one (NVGPUWarpSpecialization fails), so the diagonal's tiles ran in the
+  pointer kernel first, leaving fp32 sums that the '/ws' kernel went on from. Right in the interpreter;
+  on the H200 its GPU test failed at head_dim 128 (bf16, fp16) and 80 (bf16; dK wrong at 113 x 203), and
+  bench_persistent.py's error column had hidden NaN (since fixed), so its speed there (causal fwd+bwd at
+  128 316 / 413 against 317 / 387) counts for nothing.
 """
 from __future__ import annotations
 
