@@ -12,7 +12,9 @@ backward for autograd:
 
 - rows that fit on chip: a [BLOCK_M, BLOCK_N] tile holds several narrow rows (one row alone is too little
   work for a program) or one medium row; one read, one write (the backward, at some widths, reads y and dy
-  a second time from L2 rather than hold them across the row sum: BACKWARD_ROWS).
+  a second time from L2 rather than hold them across the row sum: BACKWARD_ROWS). Where one row fills a
+  program's registers (16-bit rows past PREFETCH_FROM columns), a program per SM walks the rows and loads
+  the next while it computes this one.
 - wider rows: a row is split into chunks, one per program, and a group of programs shares the row (and
   then the group's next rows). Each program keeps its chunk in registers, publishes the chunk's max and
   sum of exp, counts itself in at the row's counter, waits until the whole group has, combines the
@@ -44,10 +46,14 @@ BUGGY_BLOCK_SIZE = 1024  # the writeup's hard-coded value
 # Sizes chosen on an H200 (workflow/scripts/tune_softmax.py, and the benches its docstring records; bf16 and
 # fp32, rows of 128..2^20 columns; fractions of a device copy).
 # The rows path. Forward: a tile of TILE_BYTES of input per program for narrow rows (one row at least), one row
-# per program up to ROW_LIMIT columns (next power of two; half that for 16-bit rows: bf16 at 32768 columns
-# 0.79, two-pass 0.87); 4 warps up to SMALL_TILE elements per program, else 16 (bf16 rows of 4096 columns: 0.97
-# with 4 warps, 0.81 with 16).
+# per program up to ROW_LIMIT columns (next power of two); 4 warps up to SMALL_TILE elements per program, else 16
+# (bf16 rows of 4096 columns: 0.97 with 4 warps, 0.81 with 16). 16-bit rows wider than PREFETCH_FROM columns
+# fill a program's registers alone, so an SM holds one and idles between its loads: there the programs stay
+# resident, one per SM, each loading its next row while it computes this one, with PREFETCH_WARPS warps (bf16 at
+# 32768 columns 0.90; a program per row 0.79, the two-pass path 0.86; 16 warps 0.85, two programs per SM no
+# faster; the same for fp32 at 16384-32768 columns 0.68-0.91, against 0.95-0.97 without).
 TILE_BYTES, ROW_LIMIT, SMALL_TILE = 4096, 32768, 4096
+PREFETCH_FROM, PREFETCH_WARPS = 16384, 32
 # Backward (two tensors in, one out): tiles of BACKWARD_TILE elements of each up to BACKWARD_ROW_LIMIT columns.
 # BACKWARD_ROWS: (widest row in columns, (warps, reload) for fp32, the same for 16-bit), the first that fits.
 # Reload reads y and dy again after their row sum (from L2) instead of holding them: 1.02-1.04 of copy against
@@ -130,18 +136,44 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
-def _rows_forward(out_ptr, x_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+def _load_rows(x_ptr, first, n_rows, n_cols, x_row, x_col, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Rows [first, first + BLOCK_M) as a tile; rows past the end load the last row again (they are not
+    stored): no all -inf row, no NaN. A tile wholly past the end (a prefetch past the last) loads nothing."""
+    rows = first + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
-    # Rows past the end load the last row again (and are not stored): no all -inf row, no NaN.
     src = tl.minimum(rows, n_rows - 1).to(tl.int64)[:, None]
-    x = tl.load(x_ptr + src * x_row + cols[None, :] * x_col, mask=(cols < n_cols)[None, :], other=-float("inf"))
+    width = tl.where(first < n_rows, n_cols, 0)
+    return tl.load(x_ptr + src * x_row + cols[None, :] * x_col, mask=(cols < width)[None, :], other=-float("inf"))
+
+
+@triton.jit
+def _store_softmax(out_ptr, x, first, n_rows, n_cols, out_row, out_col, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr):
+    rows = first + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
     x = x.to(tl.float32)
     e = tl.exp2((x - tl.max(x, axis=1)[:, None]) * LOG2E)
     y = e * (1.0 / tl.sum(e, axis=1))[:, None]
     dst = rows.to(tl.int64)[:, None] * out_row + cols[None, :] * out_col
     tl.store(out_ptr + dst, y.to(out_ptr.dtype.element_ty), mask=(rows < n_rows)[:, None] & (cols < n_cols)[None, :])
+
+
+@triton.jit
+def _rows_forward(out_ptr, x_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr):
+    """A tile of rows per program; PREFETCH: fewer programs, each walking tiles pid, pid + grid, ... and
+    loading the next tile before it computes this one, so that its loads overlap its arithmetic."""
+    first = tl.program_id(0) * BLOCK_M
+    if PREFETCH:
+        step = tl.num_programs(0) * BLOCK_M
+        x_next = _load_rows(x_ptr, first, n_rows, n_cols, x_row, x_col, BLOCK_M, BLOCK_N)
+        for tile_first in range(first, n_rows, step):
+            x = x_next
+            x_next = _load_rows(x_ptr, tile_first + step, n_rows, n_cols, x_row, x_col, BLOCK_M, BLOCK_N)
+            _store_softmax(out_ptr, x, tile_first, n_rows, n_cols, out_row, out_col, BLOCK_M, BLOCK_N)
+    else:
+        x = _load_rows(x_ptr, first, n_rows, n_cols, x_row, x_col, BLOCK_M, BLOCK_N)
+        _store_softmax(out_ptr, x, first, n_rows, n_cols, out_row, out_col, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -425,6 +457,7 @@ class Settings:
     num_warps: int
     segment: int = 0
     reload: bool = False  # the backward's rows path reads y and dy a second time rather than hold them
+    prefetch: bool = False  # the forward's rows path: a program per SM, each loading its next tile early
 
 
 MAX_COLS = 2**31 - 2**16  # column offsets are 32-bit in every path, a chunk (<= 32768) past the last column included
@@ -432,7 +465,8 @@ MAX_COLS = 2**31 - 2**16  # column offsets are 32-bit in every path, a chunk (<=
 
 def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, tile: int | None = None,
                     row_limit: int | None = None, chunk: int | None = None, warps: int | None = None,
-                    segment: int | None = None, reload: bool | None = None) -> Settings:
+                    segment: int | None = None, reload: bool | None = None,
+                    prefetch: bool | None = None) -> Settings:
     """The one place softmax's sizes are chosen (the tuned defaults above). Keyword overrides, for tuning and
     tests, replace a default each (the others stay the width's defaults): row_limit (columns) moves the rows
     path's end, segment picks the path past it (0: split, > 0: two-pass). Sizes are in elements; the
@@ -440,18 +474,19 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, t
     if not 1 <= n_cols <= MAX_COLS:
         raise ValueError(f"n_cols must be 1..{MAX_COLS} (column offsets are 32-bit), got {n_cols}")
     block_n = triton.next_power_of_2(n_cols)
-    rows_limit = BACKWARD_ROW_LIMIT if backward else min(ROW_LIMIT, ROW_LIMIT * element_size // 4)
-    if block_n <= (row_limit or rows_limit):
+    if block_n <= (row_limit or (BACKWARD_ROW_LIMIT if backward else ROW_LIMIT)):
         tile = tile or (BACKWARD_TILE if backward else TILE_BYTES // element_size)
         block_m = max(1, tile // block_n)
-        default_reload = False
+        default_reload = default_prefetch = False
         if backward:
             sizes = next((s for widest, *s in BACKWARD_ROWS if block_n <= widest), BACKWARD_ROWS[-1][1:])
             default_warps, default_reload = sizes[0 if element_size >= 4 else 1]
         else:
-            default_warps = 4 if block_m * block_n <= SMALL_TILE else 16
+            default_prefetch = element_size < 4 and block_n > PREFETCH_FROM
+            default_warps = PREFETCH_WARPS if default_prefetch else 4 if block_m * block_n <= SMALL_TILE else 16
         return Settings(False, block_m, block_n, 0, warps or default_warps,
-                        reload=backward and (default_reload if reload is None else reload))
+                        reload=backward and (default_reload if reload is None else reload),
+                        prefetch=not backward and (default_prefetch if prefetch is None else prefetch))
     direction = "backward" if backward else "forward"
     default = next(sizes for d, size, widest, sizes in WIDE if d == direction and size == (4 if element_size >= 4 else 2)
                    and (widest is None or n_cols * element_size <= widest))
@@ -475,6 +510,13 @@ def _resident(kernel, device: int, num_warps: int, constexprs: tuple) -> int:
 
 
 _compiled: dict = {}
+
+
+def _sms(device: torch.device) -> int:
+    """The GPU's SM count; in the interpreter a few programs, so that each walks several tiles."""
+    if backend.current() == "interpreter":
+        return 3
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 @functools.lru_cache(maxsize=None)
@@ -515,8 +557,7 @@ def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, cfg: Settin
         key = (kernel, index, num_warps, tuple(sorted(consts.items())))
         if key not in _compiled:
             _compiled[key] = kernel.warmup(**arguments, n_groups=1, PHASE=0, **consts, **options, grid=(1,))
-        sms = torch.cuda.get_device_properties(index).multi_processor_count
-        groups = min(n_rows, _resident(*key) * sms // splits)
+        groups = min(n_rows, _resident(*key) * _sms(device) // splits)
     if groups:
         try:
             kernel[(groups * splits,)](**arguments, n_groups=groups, PHASE=0, **consts, **options)
@@ -558,8 +599,11 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
                            out_col=out.stride(1)), n_rows, n_cols, cfg, 2, EVEN=_covers(n_cols, cfg),
                       **(dict(FAST=out.element_size() <= 2) if cfg.segment else {}))
     else:
-        _rows_forward[(triton.cdiv(n_rows, cfg.block_m),)](out, x, n_rows, n_cols, *strides, BLOCK_M=cfg.block_m,
-                                                           BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
+        programs = triton.cdiv(n_rows, cfg.block_m)
+        if cfg.prefetch:
+            programs = min(programs, _sms(x.device))
+        _rows_forward[(programs,)](out, x, n_rows, n_cols, *strides, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                                   PREFETCH=cfg.prefetch, num_warps=cfg.num_warps)
     return out
 
 

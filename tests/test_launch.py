@@ -107,10 +107,18 @@ def test_softmax_sizes_come_from_one_place(n_cols, split):
 
 
 def test_softmax_rows_path_sizes():
-    """16-bit rows leave the forward's rows path at half fp32's width; the backward's warps and reload come
+    """The forward's rows path ends at ROW_LIMIT for every dtype, its 16-bit rows past PREFETCH_FROM columns
+    prefetching (and no other rows, and never the backward); the backward's warps and reload come
     from BACKWARD_ROWS, whose widths rise to the backward's rows limit; an override wins."""
-    assert not sm.launch_settings(sm.ROW_LIMIT, 4).split and sm.launch_settings(sm.ROW_LIMIT, 2).split
-    assert not sm.launch_settings(sm.ROW_LIMIT // 2, 2).split
+    for element_size in (2, 4):
+        assert not sm.launch_settings(sm.ROW_LIMIT, element_size).split
+        assert sm.launch_settings(sm.ROW_LIMIT + 1, element_size).split
+        for n_cols in (sm.PREFETCH_FROM, sm.PREFETCH_FROM + 1, sm.ROW_LIMIT):
+            cfg = sm.launch_settings(n_cols, element_size)
+            assert cfg.prefetch == (element_size == 2 and n_cols > sm.PREFETCH_FROM)
+            assert cfg.num_warps == sm.PREFETCH_WARPS if cfg.prefetch else 16
+            assert not sm.launch_settings(n_cols, element_size, backward=True).prefetch
+    assert sm.launch_settings(128, 4, prefetch=True).prefetch and not sm.launch_settings(sm.ROW_LIMIT, 2, prefetch=False).prefetch
     widths = [w for w, *_ in sm.BACKWARD_ROWS]
     assert widths == sorted(widths) and widths[-1] == sm.BACKWARD_ROW_LIMIT
     for widest, fp32, half in sm.BACKWARD_ROWS:

@@ -80,7 +80,10 @@ PATHS = {"rows": dict(tile=256, row_limit=1024, chunk=64),
          "split": dict(tile=256, row_limit=16, chunk=64, segment=0),
          "two-pass": dict(row_limit=16, chunk=32, segment=64),  # several programs per row
          "two-pass, a program per row": dict(row_limit=16, chunk=32, segment=2**20)}
-FORWARD_PATHS = {**PATHS, "rows, default tile": dict(row_limit=1024)}
+FORWARD_PATHS = {**PATHS, "rows, default tile": dict(row_limit=1024),
+                 # a few programs (3 in the interpreter) each walking many tiles, loading the next one early
+                 "rows, prefetching": dict(tile=256, row_limit=1024, prefetch=True),
+                 "rows, prefetching a row at a time": dict(tile=1, row_limit=1024, prefetch=True)}
 BACKWARD_PATHS = {**PATHS, "rows, y and dy read twice": dict(tile=256, row_limit=1024, reload=True),
                   "rows, y and dy held": dict(tile=256, row_limit=1024, reload=False)}
 

@@ -109,7 +109,10 @@ def candidates(n: int, direction: str) -> dict:
     for tile in (1024, 2048, 4096, 8192, 16384, 32768) if direction == "forward" else ():
         for warps in (4, 16):
             if width <= tile <= 2 * max(width, 2048):
-                out[f"rows tile={tile} warps={warps}"] = dict(tile=tile, row_limit=2**21, warps=warps)
+                out[f"rows tile={tile} warps={warps}"] = dict(tile=tile, row_limit=2**21, warps=warps, prefetch=False)
+    if direction == "forward" and 8192 <= n <= sm.ROW_LIMIT:
+        for warps in (16, 32):
+            out[f"rows prefetch warps={warps}"] = dict(tile=1, prefetch=True, warps=warps)
     if n <= sm.BACKWARD_ROW_LIMIT and direction == "backward":
         for reload in (False, True):
             for warps in (8, 16, 32):
