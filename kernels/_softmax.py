@@ -13,8 +13,8 @@ backward for autograd:
 - rows that fit on chip: a [BLOCK_M, BLOCK_N] tile holds several narrow rows (one row alone is too little
   work for a program) or one medium row; one read, one write (the backward, at some widths, reads y and dy
   a second time from L2 rather than hold them across the row sum: BACKWARD_ROWS). Where one row fills a
-  program's registers (16-bit rows past PREFETCH_FROM columns), a program per SM walks the rows and loads
-  the next while it computes this one.
+  program's registers (bf16 rows past PREFETCH_FROM columns, forward), a program per SM walks the rows and
+  loads the next while it computes this one.
 - wider rows: a row is split into chunks, one per program, and a group of programs shares the row (and
   then the group's next rows). Each program keeps its chunk in registers, publishes the chunk's max and
   sum of exp, counts itself in at the row's counter, waits until the whole group has, combines the
@@ -47,11 +47,13 @@ BUGGY_BLOCK_SIZE = 1024  # the writeup's hard-coded value
 # fp32, rows of 128..2^20 columns; fractions of a device copy).
 # The rows path. Forward: a tile of TILE_BYTES of input per program for narrow rows (one row at least), one row
 # per program up to ROW_LIMIT columns (next power of two); 4 warps up to SMALL_TILE elements per program, else 16
-# (bf16 rows of 4096 columns: 0.97 with 4 warps, 0.81 with 16). 16-bit rows wider than PREFETCH_FROM columns
-# fill a program's registers alone, so an SM holds one and idles between its loads: there the programs stay
-# resident, one per SM, each loading its next row while it computes this one, with PREFETCH_WARPS warps (bf16 at
-# 32768 columns 0.90; a program per row 0.79, the two-pass path 0.86; 16 warps 0.85, two programs per SM no
-# faster; the same for fp32 at 16384-32768 columns 0.68-0.91, against 0.95-0.97 without).
+# (bf16 rows of 4096 columns: 0.97 with 4 warps, 0.81 with 16). 16-bit rows end the rows path at PREFETCH_FROM
+# columns (fp16 at 32768: two-pass 0.89, a program per row 0.80), but for bf16: one such row fills a program's
+# registers alone, so an SM holds one and idles between its loads; there the programs stay resident, one per
+# SM, each loading its next row while it computes this one, with PREFETCH_WARPS warps (bf16 at 32768 columns
+# 0.90; a program per row 0.79-0.80, the two-pass path 0.86-0.89; 16 warps 0.85-0.90; two programs per SM no
+# faster; fp16 0.70-0.74, its conversions costlier than bf16's; fp32 at 16384-32768 columns 0.68-0.91
+# against 0.95-0.97 without).
 TILE_BYTES, ROW_LIMIT, SMALL_TILE = 4096, 32768, 4096
 PREFETCH_FROM, PREFETCH_WARPS = 16384, 32
 # Backward (two tensors in, one out): tiles of BACKWARD_TILE elements of each up to BACKWARD_ROW_LIMIT columns.
@@ -463,18 +465,20 @@ class Settings:
 MAX_COLS = 2**31 - 2**16  # column offsets are 32-bit in every path, a chunk (<= 32768) past the last column included
 
 
-def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, tile: int | None = None,
-                    row_limit: int | None = None, chunk: int | None = None, warps: int | None = None,
-                    segment: int | None = None, reload: bool | None = None,
+def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, bf16: bool = False,
+                    tile: int | None = None, row_limit: int | None = None, chunk: int | None = None,
+                    warps: int | None = None, segment: int | None = None, reload: bool | None = None,
                     prefetch: bool | None = None) -> Settings:
-    """The one place softmax's sizes are chosen (the tuned defaults above). Keyword overrides, for tuning and
-    tests, replace a default each (the others stay the width's defaults): row_limit (columns) moves the rows
-    path's end, segment picks the path past it (0: split, > 0: two-pass). Sizes are in elements; the
-    forward's default tile holds TILE_BYTES of input. Raises ValueError past MAX_COLS columns."""
+    """The one place softmax's sizes are chosen (the tuned defaults above), by row width, element size,
+    direction, and (bf16) whether 16-bit rows are bf16. Keyword overrides, for tuning and tests, replace a
+    default each (the others stay the width's defaults): row_limit (columns) moves the rows path's end,
+    segment picks the path past it (0: split, > 0: two-pass). Sizes are in elements; the forward's default
+    tile holds TILE_BYTES of input. Raises ValueError past MAX_COLS columns."""
     if not 1 <= n_cols <= MAX_COLS:
         raise ValueError(f"n_cols must be 1..{MAX_COLS} (column offsets are 32-bit), got {n_cols}")
     block_n = triton.next_power_of_2(n_cols)
-    if block_n <= (row_limit or (BACKWARD_ROW_LIMIT if backward else ROW_LIMIT)):
+    rows_limit = BACKWARD_ROW_LIMIT if backward else ROW_LIMIT if element_size >= 4 or bf16 else PREFETCH_FROM
+    if block_n <= (row_limit or rows_limit):
         tile = tile or (BACKWARD_TILE if backward else TILE_BYTES // element_size)
         block_m = max(1, tile // block_n)
         default_reload = default_prefetch = False
@@ -482,7 +486,7 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, t
             sizes = next((s for widest, *s in BACKWARD_ROWS if block_n <= widest), BACKWARD_ROWS[-1][1:])
             default_warps, default_reload = sizes[0 if element_size >= 4 else 1]
         else:
-            default_prefetch = element_size < 4 and block_n > PREFETCH_FROM
+            default_prefetch = element_size < 4 and bf16 and block_n > PREFETCH_FROM
             default_warps = PREFETCH_WARPS if default_prefetch else 4 if block_m * block_n <= SMALL_TILE else 16
         return Settings(False, block_m, block_n, 0, warps or default_warps,
                         reload=backward and (default_reload if reload is None else reload),
@@ -592,7 +596,7 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
         out.copy_(_forward.__wrapped__(x, torch.empty(x.shape, dtype=out.dtype, device=out.device), **overrides))
         return out
     strides = [*x.stride(), *out.stride()]
-    cfg = launch_settings(n_cols, x.element_size(), **overrides)
+    cfg = launch_settings(n_cols, x.element_size(), bf16=x.dtype == torch.bfloat16, **overrides)
     if cfg.split:
         _split_launch(_two_pass_forward if cfg.segment else _split_forward,
                       dict(out_ptr=out, x_ptr=x, x_row=x.stride(0), x_col=x.stride(1), out_row=out.stride(0),

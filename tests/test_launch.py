@@ -107,18 +107,19 @@ def test_softmax_sizes_come_from_one_place(n_cols, split):
 
 
 def test_softmax_rows_path_sizes():
-    """The forward's rows path ends at ROW_LIMIT for every dtype, its 16-bit rows past PREFETCH_FROM columns
-    prefetching (and no other rows, and never the backward); the backward's warps and reload come
-    from BACKWARD_ROWS, whose widths rise to the backward's rows limit; an override wins."""
-    for element_size in (2, 4):
-        assert not sm.launch_settings(sm.ROW_LIMIT, element_size).split
-        assert sm.launch_settings(sm.ROW_LIMIT + 1, element_size).split
+    """The forward's rows path ends at ROW_LIMIT for fp32 and bf16 (its rows past PREFETCH_FROM columns
+    prefetching: no other rows, and never the backward), at PREFETCH_FROM for fp16; the backward's warps
+    and reload come from BACKWARD_ROWS, whose widths rise to the backward's rows limit; an override wins."""
+    for element_size, bf16, limit in ((4, False, sm.ROW_LIMIT), (2, True, sm.ROW_LIMIT), (2, False, sm.PREFETCH_FROM)):
+        assert not sm.launch_settings(limit, element_size, bf16=bf16).split
+        assert sm.launch_settings(limit + 1, element_size, bf16=bf16).split
         for n_cols in (sm.PREFETCH_FROM, sm.PREFETCH_FROM + 1, sm.ROW_LIMIT):
-            cfg = sm.launch_settings(n_cols, element_size)
-            assert cfg.prefetch == (element_size == 2 and n_cols > sm.PREFETCH_FROM)
-            assert cfg.num_warps == sm.PREFETCH_WARPS if cfg.prefetch else 16
-            assert not sm.launch_settings(n_cols, element_size, backward=True).prefetch
-    assert sm.launch_settings(128, 4, prefetch=True).prefetch and not sm.launch_settings(sm.ROW_LIMIT, 2, prefetch=False).prefetch
+            cfg = sm.launch_settings(n_cols, element_size, bf16=bf16)
+            assert cfg.prefetch == (bf16 and n_cols > sm.PREFETCH_FROM)
+            assert cfg.num_warps == (sm.PREFETCH_WARPS if cfg.prefetch else 16) or cfg.split
+            assert not sm.launch_settings(n_cols, element_size, backward=True, bf16=bf16).prefetch
+    assert sm.launch_settings(128, 4, prefetch=True).prefetch
+    assert not sm.launch_settings(sm.ROW_LIMIT, 2, bf16=True, prefetch=False).prefetch
     widths = [w for w, *_ in sm.BACKWARD_ROWS]
     assert widths == sorted(widths) and widths[-1] == sm.BACKWARD_ROW_LIMIT
     for widest, fp32, half in sm.BACKWARD_ROWS:
