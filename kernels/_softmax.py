@@ -486,7 +486,7 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
             sizes = next((s for widest, *s in BACKWARD_ROWS if block_n <= widest), BACKWARD_ROWS[-1][1:])
             default_warps, default_reload = sizes[0 if element_size >= 4 else 1]
         else:
-            default_prefetch = element_size < 4 and bf16 and block_n > PREFETCH_FROM
+            default_prefetch = bf16 and block_n > PREFETCH_FROM
             default_warps = PREFETCH_WARPS if default_prefetch else 4 if block_m * block_n <= SMALL_TILE else 16
         return Settings(False, block_m, block_n, 0, warps or default_warps,
                         reload=backward and (default_reload if reload is None else reload),
