@@ -4,10 +4,11 @@
         [--dtypes bfloat16] [--directions forward]
 
 For every row width N (M x N holds 2^28 bytes) and dtype it times, forward and backward, each candidate
-configuration of the improved kernel beside torch (and, forward, the writeup's kernel) and a device copy
-of the same tensor (provider "copy": the fraction of copy is gbps over its gbps), checks each result
-against torch, and writes one CSV row per (direction, dtype, N, provider), the file rewritten after each
-width so that a run cut short keeps what it measured. The options narrow the sweep.
+configuration of the improved kernel beside torch (and, forward, the writeup's kernel), the public
+``softmax`` / ``softmax_backward`` (provider "public": the defaults as the pipeline calls them), and a
+device copy of the same tensor (provider "copy": the fraction of copy is gbps over its gbps), checks each
+result against torch, and writes one CSV row per (direction, dtype, N, provider), the file rewritten
+after each width so that a run cut short keeps what it measured. The options narrow the sweep.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pandas as pd
 import torch
 
 import kernels._softmax as sm  # first: it chooses the backend before triton is imported
-from kernels import softmax_writeup
+from kernels import softmax, softmax_backward, softmax_writeup
 from kernels._triton import triton
 
 BYTES = 2**28
@@ -156,7 +157,10 @@ def main(path: str, widths: list[int], dtypes: list[str], directions: list[str])
                              gbps=2 * x.numel() * dtype.itemsize / ms / 1e6))
             for direction in directions:
                 runs = {"torch": (lambda: torch.softmax(x, -1)) if direction == "forward"
-                        else (lambda: torch._softmax_backward_data(dy, ref, -1, dtype))}
+                        else (lambda: torch._softmax_backward_data(dy, ref, -1, dtype)),
+                        # the defaults through the public API, as the pipeline times them (input checks and
+                        # an output allocated per call): beside "default" it shows what the host adds
+                        "public": (lambda: softmax(x)) if direction == "forward" else (lambda: softmax_backward(ref, dy))}
                 if direction == "forward" and n <= 32768:
                     runs["writeup"] = lambda: softmax_writeup(x)
                 for label, kw in candidates(n, direction).items():
