@@ -170,7 +170,11 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   pointer kernel first, leaving fp32 sums that the '/ws' kernel went on from. Right in the interpreter;
   on the H200 its GPU test failed at head_dim 128 (bf16, fp16) and 80 (bf16; dK wrong at 113 x 203), and
   bench_persistent.py's error column had hidden NaN (since fixed), so its speed there (causal fwd+bwd at
-  128 316 / 413 against 317 / 387) counts for nothing.
+  128 316 / 413 against 317 / 387) counts for nothing. The likely cause, read from Triton 3.6's sm_90 IR:
+  each consumer partition staged its half of the fp32 sums (64x128, 32 KB) through a partition-local
+  shared buffer for the TMA load, and the kernel grew by only 33544 B (164312 -> 197856 B at head_dim 80),
+  so the two partitions, running at once, seem to share one buffer. A retry should load the sums without
+  shared memory inside the partitions (pointer loads into registers, or add them after the loop).
 """
 from __future__ import annotations
 
