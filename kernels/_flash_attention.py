@@ -27,7 +27,7 @@ import torch
 
 from . import _checks, _flash_tiles, backend
 from ._flash_tiles import Tile, bucket
-from ._launch import DirectLaunch, Prepared, _aligned
+from ._launch import DirectLaunch, Prepared, _aligned, sm_count
 from ._triton import tl, triton
 
 __all__ = ["flash_attention", "flash_attention_ref", "tiles_in_use"]
@@ -667,11 +667,6 @@ def _tma_ready(*tensors: torch.Tensor) -> bool:
                     and all(st * t.element_size() % 16 == 0 for st in t.stride()[:-1]) for t in tensors))
 
 
-@functools.lru_cache(maxsize=None)
-def _sms(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def tile_stages(block_d: int, causal: bool) -> int:
     """The persistent TMA forward's tile-loop stages: 2 (the next tile's Q loaded during this one's loop)
     at head_dim blocks up to 64, +3-6% there on the H200; 1 above, where Triton 3.9 would need 295512 B
@@ -741,7 +736,7 @@ class _Forward:
                 split = causal and not WS_CAUSAL
                 flat = _flat(q, tile.block_m) and _flat(o, tile.block_m) and _flat(k, tile.block_n) \
                     and _flat(v, tile.block_n)
-                ws = _prepare(_flash_fwd_tma_kernel, min(programs, _sms(q.device)), (*numbers, batch * heads),
+                ws = _prepare(_flash_fwd_tma_kernel, min(programs, sm_count(q.device)), (*numbers, batch * heads),
                               {**consts, "EVEN_K": split or seq_k % tile.block_n == 0, "PARTIAL": split,
                                "FLAT": flat, "TILE_STAGES": tile_stages(block_d, causal)}, tile)
                 diagonal = Tile(tile.block_m, *DIAGONAL_FWD)

@@ -36,7 +36,7 @@ import functools
 import torch
 
 from . import _checks, backend
-from ._launch import serialized
+from ._launch import serialized, sm_count
 from ._triton import tl, triton
 
 __all__ = ["softmax", "softmax_backward", "softmax_ref", "softmax_naive", "softmax_unfused", "softmax_writeup"]
@@ -518,9 +518,7 @@ _compiled: dict = {}
 
 def _sms(device: torch.device) -> int:
     """The GPU's SM count; in the interpreter a few programs, so that each walks several tiles."""
-    if backend.current() == "interpreter":
-        return 3
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return 3 if backend.current() == "interpreter" else sm_count(device)
 
 
 @functools.lru_cache(maxsize=None)

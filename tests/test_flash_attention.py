@@ -250,7 +250,7 @@ def tma_in_the_interpreter(monkeypatch, **tiles):
     from kernels import _flash_attention as fa
 
     monkeypatch.setattr(fa, "_tma_ready", lambda *tensors: True)
-    monkeypatch.setattr(fa, "_sms", lambda device: 3)  # a persistent grid of 3 loops over several tiles
+    monkeypatch.setattr(fa, "sm_count", lambda device: 3)  # a persistent grid of 3 loops over several tiles
     monkeypatch.setattr(fa, "_ensure_allocator", lambda: triton.set_allocator(
         lambda size, alignment, stream: torch.empty(size, dtype=torch.int8)))
     used = []
