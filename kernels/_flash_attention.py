@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+from collections.abc import Callable
 
 import torch
 
@@ -63,6 +64,17 @@ DIAGONAL_FWD = (64, 8, 2)
 # _flash_fwd_tma_kernel), but slower than the split forward and the pointer dK/dV kernel (the tuner picked
 # neither: workflow/scripts/tune_flash.py, eighth round).
 WS_CAUSAL = False
+# Causal calls may run the two-pass backward's '/ws' dK/dV tiles split as the forward's are: the pointer kernel
+# (the '/ws' tile's sizes, DIAGONAL_DKDV's warps and stages) over the query tiles the diagonal cuts, then the TMA
+# kernel over the rest, unmasked, from the partial sums the first left in fp32 (a scratch buffer per call of 4x K's
+# size in bf16); the tuner picks it or a pointer tile (H200, head_dim 128: dK/dV 11% faster at S = 16384, 7%
+# slower at 4096; tune_flash.py, eleventh round). (Under WS_CAUSAL the TMA kernel runs them all, masked
+# throughout, which was slower than the pointer kernel.)
+WS_CAUSAL_BACKWARD = True
+DIAGONAL_DKDV = (8, 2)
+# The causal pointer dK/dV and dQ kernels take their programs longest first across heads (H200: dK/dV 8% faster
+# at head_dim 64, S = 4096; dQ 2% at head_dim 128; tune_flash.py, eleventh round).
+BWD_LONGEST_FIRST = True
 SHARED_BUDGET = 180 * 1024  # of Hopper's 227 KiB per block, leaving room for what the estimate omits
 WS_BUDGET = 220 * 1024  # the '/ws' kernels' estimates are close to what they allocate
 ONE_PASS_TMA_BUDGET = 200 * 1024  # the TMA backward allocates up to ~9% more than its estimate (214040 B at 64x128/s3)
@@ -109,6 +121,18 @@ def _tile_and_head(seq, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     tiles = tl.cdiv(seq, BLOCK)
     return (pid % tiles) * BLOCK, pid // tiles
+
+
+@triton.jit
+def _longest_tile_first(seq, BLOCK: tl.constexpr, FROM_END: tl.constexpr):
+    """_tile_and_head for a causal kernel whose programs differ in length: every head's tiles of one
+    length together, the longest first (FROM_END: the last tile is the longest), so that the short
+    ones fill the end of the grid."""
+    pid = tl.program_id(0)
+    tiles = tl.cdiv(seq, BLOCK)
+    n_bh = tl.num_programs(0) // tiles
+    rank = pid // n_bh
+    return (tiles - 1 - rank if FROM_END else rank) * BLOCK, pid % n_bh
 
 
 @triton.jit
@@ -412,6 +436,17 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, d
     return dk, dv
 
 
+@triton.jit
+def _diagonal_tiles(start_n, causal_offset, seq_q, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """[lo, mid): the query tiles (from 0, BLOCK_M apart) that a causal mask cuts for keys [start_n,
+    +BLOCK_N): query i sees key j iff i >= j - causal_offset. No tile before lo sees a key; from mid on
+    (the first tile whose first query sees the last key) every tile sees them all."""
+    lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
+    mid = tl.minimum(tl.maximum(tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M, lo),
+                     seq_q)
+    return lo, mid
+
+
 @_jit
 def _flash_bwd_dkdv_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_acc_ptr,
@@ -421,13 +456,20 @@ def _flash_bwd_dkdv_kernel(
     stride_dob, stride_doh, stride_dom, stride_dod,
     n_heads, seq_q, seq_k, sm_scale, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ADD_DQ: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ADD_DQ: tl.constexpr, DIAGONAL: tl.constexpr,
+    LONGEST_FIRST: tl.constexpr,
 ):
     # One program owns BLOCK_N keys and walks every query tile that can see them. ADD_DQ (the one-pass
     # backward, FlashAttention-2/3's scheme): it also adds each query tile's share of dQ, dS K, to an fp32
     # (batch * heads, seq_q, BLOCK_D) buffer with atomics, so no second kernel recomputes P and dP for
     # dQ (5 matmuls per tile pair instead of 7); the order of those additions varies from run to run.
-    start_n, bh = _tile_and_head(seq_k, BLOCK_N)
+    # DIAGONAL (causal, before _flash_bwd_tma_kernel's PARTIAL run with the same BLOCK_M and BLOCK_N): only
+    # the tiles the diagonal cuts, their sums (dK unscaled) left in fp32 at dq_acc_ptr, a (batch * heads *
+    # seq_k, 2 * BLOCK_D) buffer, dK's then dV's, for that kernel to go on from; dk and dv not written.
+    if CAUSAL and LONGEST_FIRST:  # the first key tile sees the most queries
+        start_n, bh = _longest_tile_first(seq_k, BLOCK_N, False)
+    else:
+        start_n, bh = _tile_and_head(seq_k, BLOCK_N)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -450,29 +492,28 @@ def _flash_bwd_dkdv_kernel(
     # then whole tiles no mask touches, then the tile that passes seq_q: the mask's arithmetic only where
     # it changes something.
     causal_offset = seq_k - seq_q
-    lo = 0
     mid = 0
     if CAUSAL:
-        lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
-        # the first tile whose first query sees this program's last key
-        mid = tl.minimum(tl.maximum(tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M,
-                                    lo), seq_q)
+        lo, mid = _diagonal_tiles(start_n, causal_offset, seq_q, BLOCK_M, BLOCK_N)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
                              row_base, lo, mid, offs_m, offs_n, offs_d, d_mask, seq_q, seq_k, causal_offset, qk_scale,
                              True, True, BLOCK_M, BLOCK_D, ADD_DQ)
-    whole = tl.maximum(mid, (seq_q // BLOCK_M) * BLOCK_M)
-    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
-                         row_base, mid, whole, offs_m, offs_n, offs_d, d_mask, seq_q, seq_k, causal_offset, qk_scale,
-                         False, False, BLOCK_M, BLOCK_D, ADD_DQ)
-    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
-                         row_base, whole, seq_q, offs_m, offs_n, offs_d, d_mask, seq_q, seq_k, causal_offset, qk_scale,
-                         False, True, BLOCK_M, BLOCK_D, ADD_DQ)
-    dk = dk * sm_scale
-
-    tl.store(dk_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-             dk.to(dk_ptr.dtype.element_ty), mask=kv_mask)
-    tl.store(dv_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-             dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
+    if DIAGONAL:  # every key row, zeros too: the TMA kernel reads them all
+        part = dq_acc_ptr + (bh.to(tl.int64) * seq_k + offs_n[:, None]) * (2 * BLOCK_D) + offs_d[None, :]
+        tl.store(part, dk, mask=(offs_n < seq_k)[:, None])
+        tl.store(part + BLOCK_D, dv, mask=(offs_n < seq_k)[:, None])
+    else:
+        whole = tl.maximum(mid, (seq_q // BLOCK_M) * BLOCK_M)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
+                             row_base, mid, whole, offs_m, offs_n, offs_d, d_mask, seq_q, seq_k, causal_offset,
+                             qk_scale, False, False, BLOCK_M, BLOCK_D, ADD_DQ)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, lse_ptr, delta_ptr, dq_acc_ptr,
+                             row_base, whole, seq_q, offs_m, offs_n, offs_d, d_mask, seq_q, seq_k, causal_offset,
+                             qk_scale, False, True, BLOCK_M, BLOCK_D, ADD_DQ)
+        tl.store(dk_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                 (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=kv_mask)
+        tl.store(dv_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                 dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
 
 
 @_jit
@@ -485,6 +526,7 @@ def _flash_bwd_tma_kernel(
     n_heads, seq_q, seq_k, sm_scale, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_Q: tl.constexpr, ADD_DQ: tl.constexpr, WS: tl.constexpr,
+    PARTIAL: tl.constexpr,
 ):
     # The one-pass backward on Hopper (FlashAttention-3's scheme): _flash_bwd_dkdv_kernel with ADD_DQ,
     # but every tile moved by the tensor-memory accelerator, one 2-D descriptor per head (rows past a
@@ -492,12 +534,14 @@ def _flash_bwd_tma_kernel(
     # the fp32 buffer by one TMA reduce-add instead of BLOCK_M * BLOCK_D atomics. Without ADD_DQ it is
     # the two-pass backward's dK/dV kernel. WS: the query loop is warp-specialized (a producer warp group
     # issues the copies, two consumer groups split the keys); Triton (3.9) specializes it only without
-    # ADD_DQ. One loop, masked throughout unless no tile needs it (EVEN_Q: not causal and seq_q a
-    # multiple of BLOCK_M).
+    # ADD_DQ. One loop (Triton specializes no more), masked throughout unless no tile needs it (EVEN_Q:
+    # seq_q a multiple of BLOCK_M, and not causal or PARTIAL). PARTIAL (causal, WS_CAUSAL_BACKWARD): only
+    # the query tiles no causal mask cuts, unmasked, going on from the sums over the others that
+    # _flash_bwd_dkdv_kernel (DIAGONAL) left at dq_acc_ptr.
     # A program per key tile (persistent measured no faster on the H200: tune_flash.py, tenth round).
     # The caller guarantees a unit stride in head_dim and 16-byte aligned bases and strides (_tma_ready).
     start_n, bh = _tile_and_head(seq_k, BLOCK_N)
-    MASK: tl.constexpr = CAUSAL or not EVEN_Q
+    MASK: tl.constexpr = (CAUSAL and not PARTIAL) or not EVEN_Q
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
     q_desc = _head_rows(q_ptr, b, h, stride_qb, stride_qh, stride_qm, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
@@ -517,11 +561,23 @@ def _flash_bwd_tma_kernel(
     v = v_desc.load([start_n, 0])
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    if PARTIAL:  # only ever causal. The sums by pointer loads into registers (right on the H200): a TMA load
+        # here was staged in shared memory that triton 3.6 seems to give both consumer groups at once (dK came
+        # out wrong). Keys counted from start_n, start_n in the base (see keys, above).
+        part = dq_acc_ptr + (bh.to(tl.int64) * seq_k + start_n) * (2 * BLOCK_D) \
+            + keys[:, None] * (2 * BLOCK_D) + tl.arange(0, BLOCK_D)[None, :]
+        dk = tl.load(part, mask=(keys < seq_k - start_n)[:, None], other=0.0)
+        dv = tl.load(part + BLOCK_D, mask=(keys < seq_k - start_n)[:, None], other=0.0)
+    else:
+        dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+        dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
     causal_offset = seq_k - seq_q
     lo = 0
     if CAUSAL:  # query i sees key j iff i >= j - causal_offset
-        lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M) * BLOCK_M
+        lo, mid = _diagonal_tiles(start_n, causal_offset, seq_q, BLOCK_M, BLOCK_N)
+        if PARTIAL:
+            lo = mid
     for start_m in tl.range(lo, seq_q, BLOCK_M, warp_specialize=WS):
         rows = start_m + offs_m
         q = q_desc.load([start_m, 0])
@@ -535,7 +591,7 @@ def _flash_bwd_tma_kernel(
         p_t = tl.math.exp2(tl.dot(k, q.T) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
         if MASK:  # rows past seq_q arrive as zeros: NaN against a -inf key, which must not reach dK/dV
             keep = rows[None, :] < seq_q
-            if CAUSAL:  # key start_n + j sees query i iff j <= i + (causal_offset - start_n)
+            if CAUSAL and not PARTIAL:  # key start_n + j sees query i iff j <= i + (causal_offset - start_n)
                 keep = keep & (keys[:, None] <= rows[None, :] + (causal_offset - start_n))
             p_t = tl.where(keep, p_t, 0.0)
         if ADD_DQ:  # keys past seq_k likewise, for dQ
@@ -581,10 +637,13 @@ def _flash_bwd_dq_kernel(
     stride_dob, stride_doh, stride_dom, stride_dod,
     n_heads, seq_q, seq_k, sm_scale, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LONGEST_FIRST: tl.constexpr,
 ):
     # One program owns BLOCK_M queries and walks the key tiles they can see.
-    start_m, bh = _tile_and_head(seq_q, BLOCK_M)
+    if CAUSAL and LONGEST_FIRST:  # the last query tile sees the most keys
+        start_m, bh = _longest_tile_first(seq_q, BLOCK_M, True)
+    else:
+        start_m, bh = _tile_and_head(seq_q, BLOCK_M)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
     offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -636,7 +695,8 @@ def _candidates(kind: str, block_d: int, dtype: torch.dtype, tma: bool) -> list[
 
 def _tile(kind: str, q, seq_q: int, seq_k: int, block_d: int, causal: bool, run, tma: bool = False) -> Tile:
     key = (kind, q.dtype, block_d, causal, bucket(seq_q), bucket(seq_k)) + (("tma",) if tma else ()) \
-        + (("ws_causal",) if tma and causal and WS_CAUSAL else ())  # its '/ws' tiles run other kernels
+        + (("ws_causal",) if tma and causal and WS_CAUSAL else ()) \
+        + (("ws_causal_backward",) if tma and causal and WS_CAUSAL_BACKWARD else ())  # '/ws' tiles run other kernels
     tile = _last[kind] = _flash_tiles.choose(key, _candidates(kind, block_d, q.dtype, tma), run)
     return tile
 
@@ -788,21 +848,35 @@ class _Backward:
         consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal)
 
         # on Hopper, for inputs TMA can address: the one-pass backward's kernel, and, without a causal mask
-        # (or with WS_CAUSAL), the two-pass backward's warp-specialized dK/dV kernel for '/ws' tiles (a '/ws'
-        # tile elsewhere runs its sizes in the pointer kernel)
+        # (or with WS_CAUSAL or WS_CAUSAL_BACKWARD), the two-pass backward's warp-specialized dK/dV kernel
+        # for '/ws' tiles (a '/ws' tile elsewhere runs its sizes in the pointer kernel)
         self.tma = _tma_ready(q, k, v, do)
-        ws = self.tma and (not causal or WS_CAUSAL)
+        ws = self.tma and (not causal or WS_CAUSAL or WS_CAUSAL_BACKWARD)
 
-        def dkdv(tile: Tile, add_dq: bool) -> Prepared:
+        def dkdv(tile: Tile, add_dq: bool) -> Callable[..., None]:
             programs = _cdiv(seq_k, tile.block_n) * batch * heads
             if (add_dq and self.tma and _HAS_TMA_REDUCE) or (tile.ws and ws):
-                return _prepare(_flash_bwd_tma_kernel, programs, numbers,
-                                {**consts, "EVEN_Q": not causal and seq_q % tile.block_m == 0, "ADD_DQ": add_dq,
-                                 "WS": tile.ws and not add_dq}, tile)
-            return _prepare(_flash_bwd_dkdv_kernel, programs, numbers, {**consts, "ADD_DQ": add_dq}, tile)
+                split = causal and not add_dq and not WS_CAUSAL
+                tma_part = _prepare(_flash_bwd_tma_kernel, programs, numbers,
+                                    {**consts, "EVEN_Q": seq_q % tile.block_m == 0, "ADD_DQ": add_dq,
+                                     "WS": tile.ws and not add_dq, "PARTIAL": split}, tile)
+                if not split:
+                    return tma_part
+                diagonal = _prepare(_flash_bwd_dkdv_kernel, programs, numbers,
+                                    {**consts, "ADD_DQ": False, "DIAGONAL": True, "LONGEST_FIRST": BWD_LONGEST_FIRST},
+                                    Tile(tile.block_m, tile.block_n, *DIAGONAL_DKDV))
+
+                def both(q, k, v, do, lse, delta, dk, dv, _):  # the TMA kernel goes on from the diagonal's sums
+                    part = q.new_empty((batch * heads * seq_k, 2 * block_d), dtype=torch.float32)
+                    diagonal(q, k, v, do, lse, delta, dk, dv, part)
+                    tma_part(q, k, v, do, lse, delta, dk, dv, part)
+                return both
+            return _prepare(_flash_bwd_dkdv_kernel, programs, numbers,
+                            {**consts, "ADD_DQ": add_dq, "DIAGONAL": False, "LONGEST_FIRST": BWD_LONGEST_FIRST}, tile)
 
         def dq_of(tile: Tile) -> Prepared:
-            return _prepare(_flash_bwd_dq_kernel, _cdiv(seq_q, tile.block_m) * batch * heads, numbers, consts, tile)
+            return _prepare(_flash_bwd_dq_kernel, _cdiv(seq_q, tile.block_m) * batch * heads, numbers,
+                            {**consts, "LONGEST_FIRST": BWD_LONGEST_FIRST}, tile)
 
         delta, dq, dk, dv = self._outputs(q, k, v, lse)  # for tuning, which runs on these tensors
         self.delta(o, do, delta)

@@ -387,9 +387,9 @@ def ws_causal(monkeypatch):
     monkeypatch.setattr(fa, "WS_CAUSAL", True)
     with tma_in_the_interpreter(monkeypatch, fwd="32x32/w4/s1/ws", bwd_dkdv="32x32/w4/s1/ws") as used:
         yield used
-    kernels = [(kernel, consts.get("CAUSAL"), consts.get("PARTIAL", consts.get("WS"))) for kernel, consts in used]
-    assert (fa._flash_fwd_tma_kernel, True, False) in kernels  # one launch, masked throughout
-    assert (fa._flash_bwd_tma_kernel, True, True) in kernels
+    kernels = [(kernel, consts.get("CAUSAL"), consts.get("PARTIAL"), consts.get("WS")) for kernel, consts in used]
+    assert (fa._flash_fwd_tma_kernel, True, False, None) in kernels  # one launch, masked throughout
+    assert (fa._flash_bwd_tma_kernel, True, False, True) in kernels  # likewise
     assert not any(kernel is fa._flash_fwd_kernel for kernel, _ in used)
 
 
@@ -399,6 +399,42 @@ def test_the_tma_kernels_under_a_causal_mask_meet_the_rule(sq, sk, d, ws_causal)
     """Forward, log-sum-exp and gradients with WS_CAUSAL: rows with no key, tiles the diagonal cuts at
     every offset from their start, one query row, one key."""
     check(*qkv(1, 2, sq, sk, d, torch.float16), True, torch.float16)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
+@pytest.mark.parametrize("sq, sk, d, tile", [(100, 100, 64, "32x32"), (70, 130, 40, "32x32"), (130, 70, 64, "32x32"),
+                                             (64, 64, 16, "32x32"), (33, 1, 16, "32x32"), (1, 97, 16, "32x32"),
+                                             (96, 160, 16, "32x32"), (96, 100, 16, "32x32"), (100, 100, 64, "16x32"),
+                                             (96, 75, 16, "16x32"), (33, 97, 16, "16x32")])
+def test_the_causal_dkdv_split_meets_the_rule(sq, sk, d, tile, monkeypatch):
+    """WS_CAUSAL_BACKWARD: a causal backward on a '/ws' dK/dV tile runs the pointer kernel over the query
+    tiles the diagonal cuts (DIAGONAL), then the TMA kernel over the rest, unmasked (PARTIAL), going on
+    from the first one's sums: gradients at lengths whose diagonal cuts tiles at every offset, rows with
+    no key, whole query tiles (no row mask) with whole and ragged key tiles, one query row, one key; square
+    tiles and, as the H200's 64x128, fewer queries than keys per tile."""
+    from kernels import _flash_attention as fa
+
+    monkeypatch.setattr(fa, "WS_CAUSAL_BACKWARD", True)
+    with tma_in_the_interpreter(monkeypatch, fwd="32x32/w4/s1/ws", bwd_dkdv=f"{tile}/w4/s1/ws") as used:
+        check(*qkv(1, 2, sq, sk, d, torch.float16), True, torch.float16)
+    assert any(kernel is fa._flash_bwd_tma_kernel and c["PARTIAL"] and c["WS"] for kernel, c in used)
+    assert any(kernel is fa._flash_bwd_dkdv_kernel and c["DIAGONAL"] for kernel, c in used)
+    assert any(kernel is fa._flash_fwd_kernel and c["WS_N"] for kernel, c in used)  # the forward kept its split
+
+
+@pytest.mark.parametrize("sq, sk, b, h", [(100, 100, 2, 3), (70, 130, 1, 2), (130, 70, 3, 1), (33, 1, 1, 2)])
+def test_the_causal_backward_longest_first_meets_the_rule(sq, sk, b, h, monkeypatch):
+    """BWD_LONGEST_FIRST: the causal pointer dK/dV and dQ kernels take their programs longest first
+    across heads (every tile of every head, once): gradients over several heads and batches, lengths
+    unequal both ways."""
+    from kernels import _flash_attention as fa
+
+    monkeypatch.setattr(fa, "BWD_LONGEST_FIRST", True)
+    fa.pin(bwd_dkdv="32x32/w4/s1", bwd_dq="32x32/w4/s1")
+    try:
+        check(*qkv(b, h, sq, sk, 32, torch.float32), True, torch.float32)
+    finally:
+        fa.pin()
 
 
 @pytest.fixture(params=[("two_pass", False), ("two_pass", True), ("one_pass", False)],

@@ -336,6 +336,34 @@ def test_with_ws_causal_the_tma_kernels_run_under_the_mask_and_are_right(fwd, dk
 
 
 @needs_hopper
+@pytest.mark.parametrize("dkdv", [str(fa.Tile(*t)) for t in fa.CANDIDATES["bwd_dkdv"] if t[4:]])
+@pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (128, torch.float16), (80, torch.bfloat16)])
+def test_the_causal_dkdv_split_is_right(dkdv, d, dtype, monkeypatch):
+    """WS_CAUSAL_BACKWARD (off by default): a causal backward on a '/ws' dK/dV tile runs the pointer kernel
+    over the query tiles the diagonal cuts, then the '/ws' kernel over the rest, unmasked, from the first
+    one's fp32 sums; the gradients must be the reference's at lengths whose diagonal cuts tiles at every
+    offset, unequal both ways, whole query tiles with ragged key tiles (1024 x 1000), whole tiles, strided."""
+    monkeypatch.setattr(fa, "WS_CAUSAL_BACKWARD", True)
+    prepared = []
+    real = fa._prepare
+    monkeypatch.setattr(fa, "_prepare", lambda kernel, *a, **kw: prepared.append((kernel, *a)) or real(kernel, *a, **kw))
+    fa.pin(bwd_dkdv=dkdv)
+    try:
+        for sq, sk, strided in LENGTHS + ((300, 1100, False), (1100, 300, True), (1024, 1000, False),
+                                          (4096, 4096, False)):
+            q, k, v = odd_qkv(sq, sk, d, dtype, strided)
+            do = torch.randn_like(q)
+            prepared.clear()
+            got = grads(lambda *t: flash_attention(*t, causal=True), q, k, v, do)
+            consts = [(p[0], p[3]) for p in prepared]
+            assert any(kernel is fa._flash_bwd_tma_kernel and c["WS"] and c["PARTIAL"] for kernel, c in consts)
+            assert any(kernel is fa._flash_bwd_dkdv_kernel and c["DIAGONAL"] for kernel, c in consts)
+            assert_reference_gradients(q, k, v, do, True, got, f"{dkdv} {sq} {sk} {d} {dtype}")
+    finally:
+        fa.pin()
+
+
+@needs_hopper
 @pytest.mark.parametrize("kind, dkdv", [("two_pass", "64x128/w4/s2/ws"), ("two_pass", None), ("one_pass", None)])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_minus_inf_in_the_input_gives_nan_gradients_only_where_the_reference_does(kind, dkdv, causal, monkeypatch):

@@ -8,7 +8,8 @@ from lab.sm90 import shared_memory_each
 
 HOPPER_SHARED_PER_BLOCK = 232448  # max shared memory per block (opt-in) on H100/H200
 # the forward that a backward follows; the dk/dv kernel with and without the one-pass backward's dQ
-CONSTS = {"fwd": {"STORE_LSE": True, "WS_N": 0}, "bwd_dkdv": {"ADD_DQ": False}, "bwd_dq": {}, "bwd_one_pass": {"ADD_DQ": True}}
+CONSTS = {"fwd": {"STORE_LSE": True, "WS_N": 0}, "bwd_dkdv": {"ADD_DQ": False, "DIAGONAL": False, "LONGEST_FIRST": False},
+          "bwd_dq": {"LONGEST_FIRST": False}, "bwd_one_pass": {"ADD_DQ": True, "DIAGONAL": False, "LONGEST_FIRST": False}}
 ELT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
@@ -93,16 +94,26 @@ def test_every_tile_of_the_tma_one_pass_backward_fits(dtype, head_dim):
     must admit only tiles that compile within Hopper's limit."""
     tiles = fa.candidates("bwd_one_pass", head_dim, torch.empty(0, dtype=dtype).element_size(), interpreter=False, tma=True)
     assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, ELT[dtype]), tiles,
-                     dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False, ADD_DQ=True, WS=False))
+                     dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False, ADD_DQ=True, WS=False,
+                          PARTIAL=False))
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_the_warp_specialized_dkdv_tiles_compile_within_hopper_shared_memory(causal):
     """Every '/ws' dK/dV candidate at head_dim 128: the TMA kernel without the dQ reduce-add, its query
-    loop warp-specialized (under a causal mask only with WS_CAUSAL)."""
+    loop warp-specialized, with and without the row mask (EVEN_Q); under a causal mask masked throughout
+    (WS_CAUSAL) or over the tiles no mask cuts (PARTIAL: WS_CAUSAL_BACKWARD), and then the pointer kernel
+    over the others (DIAGONAL)."""
     tiles = [t for t in fa.candidates("bwd_dkdv", 128, 2, interpreter=False, tma=True) if t.ws]
-    assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, "bf16"), tiles,
-                     dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=causal, EVEN_Q=False, ADD_DQ=False, WS=True))
+    types = arg_types("_flash_bwd_tma_kernel", 9, "bf16")
+    assert_all_fit({f"{t} EVEN_Q={even_q} PARTIAL={partial}": fit_request(
+        "_flash_bwd_tma_kernel", types, t, dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=causal, EVEN_Q=even_q, ADD_DQ=False,
+                                                WS=True, PARTIAL=partial))
+        for t in tiles for even_q in (False, True) for partial in ((False, True) if causal else (False,))})
+    if causal:
+        diagonal = [fa.Tile(t.block_m, t.block_n, *fa.DIAGONAL_DKDV) for t in tiles]
+        assert_each_fits("_flash_bwd_dkdv_kernel", arg_types("_flash_bwd_dkdv_kernel", 9, "bf16"), diagonal,
+                         dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=True, ADD_DQ=False, DIAGONAL=True, LONGEST_FIRST=False))
 
 
 def test_the_wide_softmax_forwards_compile_with_and_without_masks():
