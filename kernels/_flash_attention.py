@@ -28,7 +28,8 @@ import torch
 
 from . import _checks, _flash_tiles, backend
 from ._flash_tiles import Tile, bucket
-from ._launch import DirectLaunch, Prepared, _aligned, sm_count
+from ._device import sm_count
+from ._launch import DirectLaunch, Prepared, _aligned
 from ._triton import tl, triton
 
 __all__ = ["flash_attention", "flash_attention_ref", "tiles_in_use"]

@@ -57,12 +57,6 @@ def serialized(fn):
 
 
 @functools.lru_cache(maxsize=None)
-def sm_count(device: torch.device) -> int:
-    """The GPU's SM count, asked once per device (a kernel sized by it launches on every call)."""
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-@functools.lru_cache(maxsize=None)
 def _several_gpus() -> bool:
     return backend.current() == "gpu" and torch.cuda.device_count() > 1
 

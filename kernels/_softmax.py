@@ -36,7 +36,8 @@ import functools
 import torch
 
 from . import _checks, backend
-from ._launch import serialized, sm_count
+from ._device import sm_count
+from ._launch import serialized
 from ._triton import tl, triton
 
 __all__ = ["softmax", "softmax_backward", "softmax_ref", "softmax_naive", "softmax_unfused", "softmax_writeup"]
