@@ -1,7 +1,7 @@
 """The forms of flash_attention that are off by default (the one-pass backward; WS_CAUSAL, the '/ws'
-kernels under a causal mask; WS_CAUSAL_BACKWARD, the '/ws' dK/dV kernel under one, split at the diagonal;
-'/ws' dK/dV tiles at head_dim 64) beside the default (GPU only, Hopper; not part of the pipeline). Its
-tenth-round figures are in tune_flash.py's docstring.
+kernels under a causal mask; '/ws' dK/dV tiles at head_dim 64) and the default without two of its
+choices (WS_CAUSAL_BACKWARD, the causal dK/dV split at the diagonal; BWD_LONGEST_FIRST) beside the
+default (GPU only, Hopper; not part of the pipeline). Its figures are in tune_flash.py's docstring.
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_persistent.py out.csv [setting ...]
 
@@ -31,7 +31,8 @@ SETTINGS = {  # name -> module attributes (BACKWARD: the backward, as KERNELS_FL
     "default": {},
     "one_pass": {"BACKWARD": "one_pass"},
     "ws_causal": {"WS_CAUSAL": True},
-    "ws_causal_backward": {"WS_CAUSAL_BACKWARD": True},
+    "no_causal_split": {"WS_CAUSAL_BACKWARD": False},
+    "no_longest_first": {"BWD_LONGEST_FIRST": False},
     "ws64_dkdv": {"WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (64, 128)}},
 }
 ERROR_LENGTHS = [(1000, 1000), (300, 1100), (1100, 300), (2048, 2048)]

@@ -175,6 +175,26 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   shared buffer for the TMA load, and the kernel grew by only 33544 B (164312 -> 197856 B at head_dim 80),
   so the two partitions, running at once, seem to share one buffer. A retry should load the sums without
   shared memory inside the partitions (pointer loads into registers, or add them after the loop).
+- eleventh round (workflow/scripts/bench_persistent.py's settings and a scratch bench timing each backward
+  kernel alone, do_bench medians; H200, triton 3.6, bf16, B*S = 16384, H = 16, tuned afresh, cuDNN in the
+  same process). Where the backward's time goes, head_dim 128, S = 4096: dK/dV 2.075 ms (530 TFLOP/s of
+  its 4 matmuls, '/ws'), dQ 1.400 (589 of 3), delta 0.044; causal: dK/dV 1.289-1.338 (411-427, pointer
+  tiles), dQ 0.768-0.794 (520-537); causal at 16384: 4.631 (475), 2.798 (589). So the dK/dV kernel,
+  causal most, is the weak part, and the dQ kernel is near the matmul ceiling (687-716).
+  Kept: the diagonal split of the causal dK/dV (WS_CAUSAL_BACKWARD) with the '/ws' kernel starting from
+  the diagonal's fp32 sums by pointer loads into registers (the sixth round's TMA load of them was the
+  fault: the GPU test passes now, head_dim 128 bf16 and fp16, 80 bf16, lengths 1 to 4096, unequal both
+  ways, strided). Causal, head_dim 128: dK/dV 4.104 ms against 4.631 at S = 16384 (536 against 475 TFLOP/s;
+  forward+backward 9.122 against 9.627 ms), but 1.374 against 1.289 at 4096: the tuner picks between it
+  and the pointer tiles. Adding the sums after the loop instead (also right): 4.283 and 1.458, slower.
+  Kept: the causal pointer dK/dV and dQ programs longest first across heads (BWD_LONGEST_FIRST): head_dim 64,
+  S = 4096, dK/dV 0.664 against 0.718 ms, forward+backward 1.500 against 1.561; head_dim 128 dQ 0.754 /
+  2.737 against 0.768 / 2.798 (S = 4096 / 16384), dK/dV 1.317 / 4.750 against 1.289 / 4.631 (noise at
+  4096; at 16384 the split now takes those programs).
+  Not possible on triton 3.6 or 3.9: the one-pass backward's loop warp-specialized (dQ by TMA reduce-add or
+  by pointer atomics): NVGPUWarpSpecialization fails at 64x128/w4 and 128x128/w4 (the dQ tile, a sum over
+  the keys that the consumer groups split, is not partitioned: "Unexpected asyncTaskIds.size()"); only
+  64x64/w4/s2 with pointer atomics compiles (12 warps). Not measured.
 """
 from __future__ import annotations
 
