@@ -265,28 +265,32 @@ def test_every_tile_of_the_tma_one_pass_backward_is_right(d, dtype, causal, monk
 @needs_hopper
 @pytest.mark.parametrize("tile", [str(fa.Tile(*t)) for t in fa.CANDIDATES["bwd_dkdv"] if t[4:]])
 @pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (128, torch.float16), (80, torch.bfloat16)])
-def test_every_warp_specialized_dkdv_tile_is_right_and_never_runs_causal(tile, d, dtype, monkeypatch):
+def test_every_warp_specialized_dkdv_tile_is_right(tile, d, dtype, monkeypatch):
     """The two-pass backward's warp-specialized TMA dK/dV kernel: it runs, and is right, without a causal
-    mask; under one (where triton 3.6 got it wrong) a pinned '/ws' tile runs its sizes in the pointer
-    kernel, and tuning never offers a '/ws' tile."""
+    mask, and under one split at the diagonal (WS_CAUSAL_BACKWARD: its '/ws' part PARTIAL, after the
+    pointer kernel's); with WS_CAUSAL_BACKWARD off a pinned '/ws' tile runs its sizes in the pointer kernel
+    under a causal mask, and tuning offers no '/ws' tile there."""
     prepared = []
     real = fa._prepare
     monkeypatch.setattr(fa, "_prepare", lambda kernel, *a, **kw: prepared.append((kernel, *a)) or real(kernel, *a, **kw))
     fa.pin(bwd_dkdv=tile)
     try:
-        for causal in (False, True):
+        for split, causal in ((True, False), (True, True), (False, True)):
+            monkeypatch.setattr(fa, "WS_CAUSAL_BACKWARD", split)
+            fa.pin(bwd_dkdv=tile)  # again: drops the plans made under the other setting
             for sq, sk, strided in LENGTHS:
                 q, k, v = odd_qkv(sq, sk, d, dtype, strided)
                 do = torch.randn_like(q)
                 prepared.clear()
                 got = grads(lambda *t: flash_attention(*t, causal=causal), q, k, v, do)
-                specialized = [p for p in prepared if p[0] is fa._flash_bwd_tma_kernel and p[3].get("WS")]
-                assert bool(specialized) == (not causal) and fa._tma_ready(q, k, v, do), (causal, sq, sk)
+                specialized = [p[3] for p in prepared if p[0] is fa._flash_bwd_tma_kernel and p[3].get("WS")]
+                assert fa._tma_ready(q, k, v, do)
+                assert bool(specialized) == split and all(c["PARTIAL"] == causal for c in specialized), (causal, sq, sk)
                 assert_reference_gradients(q, k, v, do, causal, got, f"{tile} {sq} {sk} {d} causal={causal}")
     finally:
         fa.pin()
     q, k, v = qkv(d=128)
-    flash_attention(q, k, v, causal=True).backward(torch.ones_like(q))  # tuned: no '/ws' tile offered
+    flash_attention(q, k, v, causal=True).backward(torch.ones_like(q))  # tuned, WS_CAUSAL_BACKWARD off
     assert not fa.tiles_in_use()["bwd_dkdv"].endswith("/ws")
 
 
@@ -339,7 +343,7 @@ def test_with_ws_causal_the_tma_kernels_run_under_the_mask_and_are_right(fwd, dk
 @pytest.mark.parametrize("dkdv", [str(fa.Tile(*t)) for t in fa.CANDIDATES["bwd_dkdv"] if t[4:]])
 @pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (128, torch.float16), (80, torch.bfloat16)])
 def test_the_causal_dkdv_split_is_right(dkdv, d, dtype, monkeypatch):
-    """WS_CAUSAL_BACKWARD (off by default): a causal backward on a '/ws' dK/dV tile runs the pointer kernel
+    """WS_CAUSAL_BACKWARD (on by default): a causal backward on a '/ws' dK/dV tile runs the pointer kernel
     over the query tiles the diagonal cuts, then the '/ws' kernel over the rest, unmasked, from the first
     one's fp32 sums; the gradients must be the reference's at lengths whose diagonal cuts tiles at every
     offset, unequal both ways, whole query tiles with ragged key tiles (1024 x 1000), whole tiles, strided."""
