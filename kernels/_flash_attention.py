@@ -560,8 +560,6 @@ def _flash_bwd_tma_kernel(
     offs_m = tl.arange(0, BLOCK_M)
     k = k_desc.load([start_n, 0])  # keys past seq_k arrive as 0 (P is zeroed there for dQ; dK/dV clip them)
     v = v_desc.load([start_n, 0])
-    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     if PARTIAL:  # only ever causal. The sums by pointer loads into registers (right on the H200): a TMA load
         # here was staged in shared memory that triton 3.6 seems to give both consumer groups at once (dK came
         # out wrong). Keys counted from start_n, start_n in the base (see keys, above).
