@@ -369,7 +369,7 @@ def outcome(status, **params):
 
 def limits(*, on_cpu=False, writeup="raised", project="ok", writeup_exact=False, rate_error=0.0002, agreement_error=0.0004,
            tail_ulp=0, backward_same_mask=True, softmax_forward=2.4e-7, softmax_backward=3.4e-6,
-           flash_matches=True, flash_nan=False):
+           flash_matches=True, flash_nan=False, flash_nonfinite_unchecked=False):
     """The four limits tables: the printed kernels ``writeup`` ('raised', 'crashed' or 'ok'), the project's
     ``project`` ('ok' or how they broke) with their results given by the other keywords."""
     va, rd, sm, fa = [], [], [], []
@@ -409,6 +409,13 @@ def limits(*, on_cpu=False, writeup="raised", project="ok", writeup_exact=False,
                 nan = flash_nan and bh == 70399 and variant in ("dk", "dv")  # as the H200 gave at 918f469
                 fa += [row("max_abs_diff", float("nan") if nan else 0.0039 if good else 0.5, **params),
                        row("matches", good and not nan, "bool", **params)]
+        for variant in ("out", "dq", "dk", "dv"):  # every head scanned: NaN from head 65536 in dk/dv, or only
+            params = dict(provider="triton_flash", variant=variant, batch=4400, heads=16, seq=256, d=128,  # between
+                          dtype="bfloat16", elements=2306867200, eps=0.01)                   # the checked heads
+            bad = (flash_nan or flash_nonfinite_unchecked) and variant in ("dk", "dv")
+            fa.append(row("nonfinite_heads", 4864 if flash_nan else 3 if bad else 0, **params))
+            if bad:
+                fa.append(row("first_nonfinite_head", 65536 if flash_nan else 100, **params))
     origin = CPU if on_cpu else GPU
     return {"vector_add/limits": frame(va, origin), "relu_dropout/limits": frame(rd, origin),
             "softmax/limits": frame(sm, origin), "flash_attention/limits": frame(fa, origin)}
@@ -631,8 +638,12 @@ CASES = [
     case(20, lambda: limits(softmax_backward=5e-3), NOT_REPRODUCED, id="softmax-backward-off"),
     case(20, lambda: limits(flash_matches=False), NOT_REPRODUCED,
          re.compile(r"flash_attention triton_flash at 2306867200 elements[^;]*: WRONG"), id="flash-wrong-past-65535"),
-    case(20, lambda: limits(flash_nan=True), NOT_REPRODUCED, "WRONG (max |diff| nan), wrong: dk at head 70399, dv at head 70399",
-         id="flash-nan-gradients"),
+    case(20, lambda: limits(flash_nan=True), NOT_REPRODUCED,
+         "WRONG (max |diff| nan), wrong: dk at head 70399, dv at head 70399; not finite: dk at 4864 heads from head 65536, "
+         "dv at 4864 heads from head 65536", id="flash-nan-gradients"),
+    case(20, lambda: limits(flash_nonfinite_unchecked=True), NOT_REPRODUCED,
+         "WRONG (max |diff| 0.0039); not finite: dk at 3 heads from head 100, dv at 3 heads from head 100",
+         id="flash-nan-between-the-checked-heads"),
 ]
 
 

@@ -241,6 +241,20 @@ def test_the_flex_attention_peer_computes_the_same_attention():
     torch.testing.assert_close(out, flash_attention_ref(q, k, v, causal=True), atol=1e-5, rtol=0)
 
 
+def test_the_limits_probe_finds_every_head_that_is_not_finite():
+    """Claim 20's scan of every head (the output and gradients past 2^31 elements are checked against the
+    reference at three heads only): each batch x heads index with a NaN or an infinity, across the chunks."""
+    from lab.units.flash_attention import _nonfinite_heads
+
+    t = torch.zeros(5, 3, 4, 2)
+    t[0, 0, 3, 1] = float("nan")
+    t[2, 1, 0, 0] = float("inf")
+    t[4, 2, 1, 1] = -float("inf")
+    for batches in (1, 2, 256):
+        assert _nonfinite_heads(t, batches) == [0, 7, 14]
+    assert _nonfinite_heads(torch.zeros(2, 2, 3, 4)) == []
+
+
 @contextlib.contextmanager
 def tma_in_the_interpreter(monkeypatch, **tiles):
     """The TMA kernels run in the interpreter as on Hopper (descriptors, without warp specialization), with

@@ -41,8 +41,9 @@ def test_softmax_past_int32(n_rows, n_cols):
 
 def test_flash_attention_past_int32_and_65535_heads():
     rows = flash_exp._probe(4400, 16, 256, 128, "bfloat16", 0)  # batch x heads = 70400
-    assert {r["bh"] for r in rows} == {0, 65535, 70399}
+    assert {r["bh"] for r in rows if "bh" in r} == {0, 65535, 70399}
     assert all(r["value"] for r in rows if r["metric"] == "matches"), rows
+    assert [r["value"] for r in rows if r["metric"] == "nonfinite_heads"] == [0, 0, 0, 0], rows
 
 
 def test_softmax_of_a_transposed_tensor_whose_column_offsets_pass_int32():

@@ -160,7 +160,8 @@ def limits(s: dict) -> list[dict]:
 
 def _probe(b: int, h: int, n: int, d: int, dtype_name: str, seed: int) -> list[dict]:
     """Forward and backward at full size; the output and gradients checked (FlashAttention rule) on the
-    first head, the head at batch x heads index 65535 (the first past axis 1's limit) and the last."""
+    first head, the head at batch x heads index 65535 (the first past axis 1's limit) and the last, and
+    every head for values that are not finite (how many, and the first)."""
     from kernels import flash_attention, flash_attention_ref
 
     q, k, v = _qkv(b, h, n, n, d, dtype_name, seed)
@@ -169,6 +170,11 @@ def _probe(b: int, h: int, n: int, d: int, dtype_name: str, seed: int) -> list[d
     out.backward(do)
     torch.cuda.synchronize()
     eps, results = attention_eps(dtype_name, True), []
+    for what, t in zip(("out", "dq", "dk", "dv"), (out, q.grad, k.grad, v.grad)):
+        bad = _nonfinite_heads(t.detach())
+        results.append(dict(metric="nonfinite_heads", value=len(bad), variant=what))
+        if bad:
+            results.append(dict(metric="first_nonfinite_head", value=bad[0], variant=what))
     for bh in (0, 65535, b * h - 1):
         i, j = divmod(bh, h)
 
@@ -184,6 +190,14 @@ def _probe(b: int, h: int, n: int, d: int, dtype_name: str, seed: int) -> list[d
             results += [dict(metric="max_abs_diff", value=err, variant=what, bh=bh),
                         dict(metric="matches", value=within_fa_rule(err, max_abs_diff(tp, t64), eps), variant=what, bh=bh)]
     return results
+
+
+def _nonfinite_heads(t: torch.Tensor, batches: int = 256) -> list[int]:
+    """The batch x heads indices of (b, h, s, d) ``t`` that hold a NaN or an infinity, a few batches at a
+    time (a whole-tensor mask of a multi-GB tensor would take half its size again)."""
+    found = [torch.isfinite(part).flatten(2).all(-1).logical_not().flatten().nonzero().flatten() + i * t.shape[1]
+             for i, part in zip(range(0, t.shape[0], batches), t.split(batches))]
+    return torch.cat(found).tolist()
 
 
 def _with_grads(out: torch.Tensor, inputs: list, do: torch.Tensor) -> tuple:

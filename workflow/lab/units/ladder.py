@@ -96,17 +96,28 @@ def _limits_correct(key: str, d: pd.DataFrame, s: dict) -> bool:
         atol = v["atol"].iloc[0]
         return bool((v[v["metric"] == "max_abs_diff"]["value"] <= atol).all()
                     and (v[v["metric"] == "backward_max_abs_diff"]["value"] <= BACKWARD_SLACK * atol).all())
-    return bool(bools(d, "matches").all())
+    nonfinite = ok(d, metric="nonfinite_heads")["value"]
+    return bool(bools(d, "matches").all() and (nonfinite == 0).all())
 
 
 def _where_wrong(g) -> str:
-    """', wrong: dk at head 70399, ...' for a table that judges each output at each head it checked."""
-    if "variant" not in g or "bh" not in g or not g["bh"].notna().any():
+    """', wrong: dk at head 70399, ...; not finite: dk at 4864 heads from head 65536, ...' for a table
+    that judges each output at the heads it checked and counts the heads holding a NaN or an infinity."""
+    if "variant" not in g or "bh" not in g:
         return ""
     bad = ok(g, metric="matches")
-    bad = bad[bad["value"] == 0]
-    return (", wrong: " + ", ".join(f"{v} at head {int(b)}" for v, b in zip(bad["variant"], bad["bh"]))
+    bad = bad[(bad["value"] == 0) & bad["bh"].notna()]
+    text = (", wrong: " + ", ".join(f"{v} at head {int(b)}" for v, b in zip(bad["variant"], bad["bh"]))
             if len(bad) else "")
+    counts = ok(g, metric="nonfinite_heads")
+    first = ok(g, metric="first_nonfinite_head").set_index("variant")["value"]
+    nonfinite = [f"{v} at {int(n)} heads from head {int(first[v])}" for v, n in zip(counts["variant"], counts["value"])
+                 if n > 0 and v in first]
+    if nonfinite:
+        text += "; not finite: " + ", ".join(nonfinite)
+    elif len(counts):
+        text += "; every head finite"
+    return text
 
 
 @claim(20, LIMIT_TABLES)
