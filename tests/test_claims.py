@@ -409,9 +409,10 @@ def limits(*, on_cpu=False, writeup="raised", project="ok", writeup_exact=False,
                 nan = flash_nan and bh == 70399 and variant in ("dk", "dv")  # as the H200 gave at 918f469
                 fa += [row("max_abs_diff", float("nan") if nan else 0.0039 if good else 0.5, **params),
                        row("matches", good and not nan, "bool", **params)]
-        for variant in ("out", "dq", "dk", "dv"):  # every head scanned: NaN from head 65536 in dk/dv, or only
-            params = dict(provider="triton_flash", variant=variant, batch=4400, heads=16, seq=256, d=128,  # between
-                          dtype="bfloat16", elements=2306867200, eps=0.01)                   # the checked heads
+        # every head scanned: dk/dv NaN from head 65536 (flash_nan), or at heads between the checked ones
+        for variant in ("out", "dq", "dk", "dv"):
+            params = dict(provider="triton_flash", variant=variant, batch=4400, heads=16, seq=256, d=128,
+                          dtype="bfloat16", elements=2306867200, eps=0.01)
             bad = (flash_nan or flash_nonfinite_unchecked) and variant in ("dk", "dv")
             fa.append(row("nonfinite_heads", 4864 if flash_nan else 3 if bad else 0, **params))
             if bad:
