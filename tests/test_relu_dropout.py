@@ -3,7 +3,7 @@ import torch
 from scipy import stats
 
 from conftest import DEVICE, FLOAT_DTYPES, randn
-from kernels import relu_dropout, relu_dropout_backward, relu_dropout_ref
+from kernels import relu_dropout, relu_dropout_backward, relu_dropout_ref, relu_dropout_writeup
 
 
 def positive(n, seed=0):
@@ -87,6 +87,16 @@ def test_bad_p_is_refused(p, error):  # a value out of range: ValueError; not a 
 def test_bad_seed_is_refused(seed, error):
     with pytest.raises(error, match="seed"):
         relu_dropout(randn(10), 0.5, seed)
+
+
+@pytest.mark.parametrize("kernel", [relu_dropout, relu_dropout_writeup], ids=["fused", "writeup"])
+def test_the_output_is_the_same_at_any_block_size(kernel):
+    """Each element's random number comes from its index alone, so the block size changes how the work is
+    split, never the output (the statistics experiment runs one large block per program in the interpreter)."""
+    x = randn(5001, seed=5)
+    outs = [kernel(x, 0.3, 21, block_size=b) for b in (64, 1024, 8192)]
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+    assert not torch.equal(outs[0], kernel(x, 0.3, 22, block_size=64))  # and the seed does change it
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
