@@ -414,6 +414,7 @@ def limits(*, on_cpu=False, writeup="raised", project="ok", writeup_exact=False,
             params = dict(provider="triton_flash", variant=variant, batch=4400, heads=16, seq=256, d=128,
                           dtype="bfloat16", elements=2306867200, eps=0.01)
             bad = (flash_nan or flash_nonfinite_unchecked) and variant in ("dk", "dv")
+            params["tile_bwd_dkdv"] = "64x128/w4/s2/ws"
             fa.append(row("nonfinite_heads", 4864 if flash_nan else 3 if bad else 0, **params))
             if bad:
                 fa.append(row("first_nonfinite_head", 65536 if flash_nan else 100, **params))
@@ -641,7 +642,7 @@ CASES = [
          re.compile(r"flash_attention triton_flash at 2306867200 elements[^;]*: WRONG"), id="flash-wrong-past-65535"),
     case(20, lambda: limits(flash_nan=True), NOT_REPRODUCED,
          "WRONG (max |diff| nan), wrong: dk at head 70399, dv at head 70399; not finite: dk at 4864 heads from head 65536, "
-         "dv at 4864 heads from head 65536", id="flash-nan-gradients"),
+         "dv at 4864 heads from head 65536 (tiles: bwd_dkdv 64x128/w4/s2/ws)", id="flash-nan-gradients"),
     case(20, lambda: limits(flash_nonfinite_unchecked=True), NOT_REPRODUCED,
          "WRONG (max |diff| 0.0039); not finite: dk at 3 heads from head 100, dv at 3 heads from head 100",
          id="flash-nan-between-the-checked-heads"),

@@ -161,14 +161,15 @@ def limits(s: dict) -> list[dict]:
 def _probe(b: int, h: int, n: int, d: int, dtype_name: str, seed: int) -> list[dict]:
     """Forward and backward at full size; the output and gradients checked (FlashAttention rule) on the
     first head, the head at batch x heads index 65535 (the first past axis 1's limit) and the last, and
-    every head for values that are not finite (how many, and the first)."""
-    from kernels import flash_attention, flash_attention_ref
+    every head for values that are not finite (how many, and the first). Each row names the tiles that ran."""
+    from kernels import flash_attention, flash_attention_ref, tiles_in_use
 
     q, k, v = _qkv(b, h, n, n, d, dtype_name, seed)
     do = randn([b, h, n, d], dtype_name, seed + 7)
     out = flash_attention(q, k, v)
     out.backward(do)
     torch.cuda.synchronize()
+    tiles = {f"tile_{kind}": tile for kind, tile in tiles_in_use().items() if tile}
     eps, results = attention_eps(dtype_name, True), []
     for what, t in zip(("out", "dq", "dk", "dv"), (out, q.grad, k.grad, v.grad)):
         bad = _nonfinite_heads(t.detach())
@@ -189,7 +190,7 @@ def _probe(b: int, h: int, n: int, d: int, dtype_name: str, seed: int) -> list[d
             err = max_abs_diff(m, t64)
             results += [dict(metric="max_abs_diff", value=err, variant=what, bh=bh),
                         dict(metric="matches", value=within_fa_rule(err, max_abs_diff(tp, t64), eps), variant=what, bh=bh)]
-    return results
+    return [dict(r, **tiles) for r in results]
 
 
 def _nonfinite_heads(t: torch.Tensor, batches: int = 256) -> list[int]:

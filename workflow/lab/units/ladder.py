@@ -117,6 +117,9 @@ def _where_wrong(g) -> str:
         text += "; not finite: " + ", ".join(nonfinite)
     elif len(counts):
         text += "; every head finite"
+    tiles = [f"{c[5:]} {g[c].dropna().iloc[0]}" for c in g.columns if c.startswith("tile_") and g[c].notna().any()]
+    if (len(bad) or nonfinite) and tiles:  # what ran, for whoever looks into it
+        text += f" (tiles: {', '.join(tiles)})"
     return text
 
 
