@@ -40,8 +40,9 @@ HEAD_DIMS = (16, 256)
 # Candidate tiles per kernel, (BLOCK_M, BLOCK_N, warps, stages), in order of preference: the first that
 # fits is taken without tuning. BLOCK_M counts queries, BLOCK_N keys, in every kernel.
 CANDIDATES = {
-    # a fifth item True: the warp-specialized TMA kernel, for Hopper, inputs it can address (_tma_ready;
-    # causal: split with the pointer kernel); 128x64/w4/s3 and 3 stages at 64x64 returned NaN on triton 3.6
+    # a fifth item True: the warp-specialized TMA kernel, for Hopper where warp_specialized(), inputs it can
+    # address (_tma_ready; causal: split with the pointer kernel); 128x64/w4/s3 and 3 stages at 64x64 returned
+    # NaN on triton 3.6
     "fwd": [(128, 128, 4, 2, True),
             (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3), (128, 128, 8, 3), (64, 32, 4, 2), (32, 32, 4, 1)],
     # dk/dv: a program keeps BLOCK_N keys and streams query tiles past them; dq: the other way round. A
@@ -777,14 +778,14 @@ class _Forward:
     not), its tile chosen on the first call's tensors (tuning if no process had) and its launch prepared:
     ``forward(q, k, v) -> (o, lse)``."""
 
-    def __init__(self, q, k, v, causal: bool, sm_scale: float, store_lse: bool):
+    def __init__(self, q, k, v, causal: bool, sm_scale: float, store_lse: bool, ws: bool):
         batch, heads, seq_q, head_dim = q.shape
         seq_k, block_d = k.shape[2], bucket(head_dim)  # the head-dim block: the power of two at or above it
         self.shape, self.store_lse = q.shape, store_lse
         o, lse = self._outputs(q)
         numbers = (*q.stride(), *k.stride(), *v.stride(), *o.stride(), heads, seq_q, seq_k, sm_scale * LOG2E)
         consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal, STORE_LSE=store_lse)
-        tma = _tma_ready(q, k, v, o)
+        tma = ws and _tma_ready(q, k, v, o)  # its one TMA kernel is the warp-specialized one
 
         def prepared(tile: Tile) -> tuple[Prepared | None, Prepared | None]:
             """(the TMA kernel's launch or None, the pointer kernel's launch or None): causal on a '/ws'
@@ -837,7 +838,7 @@ class _Backward:
     delta, then a dK/dV and a dQ kernel (two_pass) or one kernel adding dQ (one_pass):
     ``backward(do, q, k, v, o, lse) -> (dq, dk, dv)``."""
 
-    def __init__(self, do, q, k, v, o, lse, causal: bool, sm_scale: float, kind: str):
+    def __init__(self, do, q, k, v, o, lse, causal: bool, sm_scale: float, kind: str, ws: bool):
         batch, heads, seq_q, head_dim = q.shape
         seq_k, block_d = k.shape[2], bucket(head_dim)
         self.kind, self.sm_scale, self.acc_shape = kind, sm_scale, (batch, heads, seq_q, block_d)
@@ -850,7 +851,7 @@ class _Backward:
         # (or with WS_CAUSAL or WS_CAUSAL_BACKWARD), the two-pass backward's warp-specialized dK/dV kernel
         # for '/ws' tiles (a '/ws' tile elsewhere runs its sizes in the pointer kernel)
         self.tma = _tma_ready(q, k, v, do)
-        ws = self.tma and (not causal or WS_CAUSAL or WS_CAUSAL_BACKWARD)
+        ws = ws and self.tma and (not causal or WS_CAUSAL or WS_CAUSAL_BACKWARD)
 
         def dkdv(tile: Tile, add_dq: bool) -> Callable[..., None]:
             programs = _cdiv(seq_k, tile.block_n) * batch * heads
@@ -932,31 +933,32 @@ def _scale(head_dim: int, sm_scale) -> float:
 
 class _Plan:
     """What calls of one shape (shapes, strides, dtypes, devices, causal, sm_scale as given) share, made
-    as they first need it: a forward per ``store_lse``, a backward per (dO's and O's strides, backward
-    kind). Holds no tensor."""
+    as they first need it: a forward per (``store_lse``, warp_specialized()), a backward per (dO's and O's
+    strides, backward kind, warp_specialized()). Holds no tensor."""
 
     def __init__(self, head_dim: int, causal: bool, sm_scale: float | None):
         self.causal = causal
         self.sm_scale = _scale(head_dim, sm_scale)
-        self.forwards: dict[bool, _Forward] = {}
+        self.forwards: dict[tuple, _Forward] = {}
         self.backwards: dict[tuple, _Backward] = {}
 
     def forward(self, q, k, v, store_lse: bool = True):
-        f = self.forwards.get(store_lse)
+        key = (store_lse, warp_specialized())
+        f = self.forwards.get(key)
         if f is None or (f.tma and not _aligned((q, k, v))):  # the TMA kernel needs 16-byte aligned bases
-            f = _Forward(q, k, v, self.causal, self.sm_scale, store_lse)
+            f = _Forward(q, k, v, self.causal, self.sm_scale, *key)
             if f.final and _aligned((q, k, v)):  # a misaligned first call would deny later ones the TMA kernel
-                self.forwards[store_lse] = f
+                self.forwards[key] = f
         _last["fwd"] = f.tile
         return f(q, k, v)
 
     def backward(self, do, q, k, v, o, lse):
         if not _checks.rows_fit_int32(do):  # as for q, k and v in flash_attention()
             do = do.contiguous()
-        key = (do.stride(), o.stride(), backward_kind())
+        key = (do.stride(), o.stride(), backward_kind(), warp_specialized())
         b = self.backwards.get(key)
         if b is None or (b.tma and not _aligned((q, k, v, do))):  # as in forward(): TMA needs aligned bases
-            b = _Backward(do, q, k, v, o, lse, self.causal, self.sm_scale, key[2])
+            b = _Backward(do, q, k, v, o, lse, self.causal, self.sm_scale, *key[2:])
             if b.final and _aligned((q, k, v, do)):
                 self.backwards[key] = b
         _last.update(b.tiles)
@@ -1005,6 +1007,20 @@ def _plan(q, k, v, causal: bool, sm_scale: float | None) -> _Plan:
 
 BACKWARD_ENV = "KERNELS_FLASH_BACKWARD"
 BACKWARDS = ("two_pass", "one_pass")
+WS_ENV = "KERNELS_FLASH_WS"
+
+
+def warp_specialized() -> bool:
+    """May the warp-specialized Hopper kernels (the '/ws' tiles of fwd and bwd_dkdv) run? Only where
+    ``KERNELS_FLASH_WS=1`` (read at each call; default 0). On the H200 (triton 3.6) they returned NaN in some
+    heads of a call whenever another process's kernels shared the GPU with them (contexts time-sliced), and
+    never with the GPU to themselves or beside this process's own other streams; this module's other kernels
+    (the TMA one-pass backward too) and cuDNN's stayed right beside the same process. So they are for a GPU no
+    other process uses: say so there, for their speed (README, "flash_attention on Hopper")."""
+    value = os.environ.get(WS_ENV, "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"{WS_ENV} must be 0 or 1, got {value!r}")
+    return value == "1"
 
 
 def backward_kind() -> str:
@@ -1101,7 +1117,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     torch.compile (fullgraph too) and CUDA graph capture. sm_scale defaults to 1/sqrt(head_dim); see
     the module docstring for the causal convention. Tiles are chosen per shape bucket (kernels/_flash_tiles.py):
     ``flash_attention.tune(q, k, v, causal)`` tunes ahead of time, ``flash_attention.pin(fwd="128x64/w8/s3")``
-    fixes a tile.
+    fixes a tile. On Hopper, ``KERNELS_FLASH_WS=1`` allows faster warp-specialized kernels, for a GPU no other
+    process uses (warp_specialized() says why).
     """
     # A call shaped like an earlier one (same shapes, strides, dtypes, devices, causal and sm_scale) passed
     # the same checks then: its plan is all it needs.
@@ -1143,8 +1160,9 @@ def tune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
 
 def pin(**tiles: str | None) -> None:
     """Run the named kernels (fwd, bwd_dkdv, bwd_dq, bwd_one_pass) with these tiles ('128x64/w8/s3': BLOCK_M x BLOCK_N
-    / warps / stages, '/ws' for a warp-specialized TMA kernel: fwd, bwd_dkdv) in every bucket, never tuning
-    them; None unpins one, ``pin()`` unpins all."""
+    / warps / stages, '/ws' for a warp-specialized TMA kernel: fwd, bwd_dkdv, run as such only where
+    KERNELS_FLASH_WS=1, elsewhere its sizes in the pointer kernel) in every bucket, never tuning them; None
+    unpins one, ``pin()`` unpins all."""
     for kind, text in tiles.items():
         if kind not in ("fwd", "bwd_dkdv") and isinstance(text, str) and text.endswith("/ws"):
             raise ValueError(f"{kind}: only fwd and bwd_dkdv have warp-specialized kernels, got {text!r}")

@@ -258,12 +258,14 @@ def test_the_limits_probe_finds_every_head_that_is_not_finite():
 @contextlib.contextmanager
 def tma_in_the_interpreter(monkeypatch, **tiles):
     """The TMA kernels run in the interpreter as on Hopper (descriptors, without warp specialization), with
-    these tiles pinned. Yields the kernels launched, with their constexprs."""
+    these tiles pinned and the warp-specialized kernels allowed (KERNELS_FLASH_WS=1). Yields the kernels
+    launched, with their constexprs."""
     import triton
 
     from kernels import _flash_attention as fa
 
     monkeypatch.setattr(fa, "_tma_ready", lambda *tensors: True)
+    monkeypatch.setenv(fa.WS_ENV, "1")
     monkeypatch.setattr(fa, "sm_count", lambda device: 3)  # a persistent grid of 3 loops over several tiles
     monkeypatch.setattr(fa, "_ensure_allocator", lambda: triton.set_allocator(
         lambda size, alignment, stream: torch.empty(size, dtype=torch.int8)))
@@ -338,7 +340,7 @@ def test_the_tma_forwards_finite_start_gives_what_the_pointer_kernel_gives(causa
     with tma_in_the_interpreter(monkeypatch, fwd="32x32/w4/s1/ws") as used:
         for tile in ("32x32/w4/s1", "32x32/w4/s1/ws"):  # the pointer kernel alone, then the TMA one (and causal, both)
             fa.pin(fwd=tile)
-            got[tile.endswith("/ws")] = fa._Forward(q, k, v, causal, 0.25, True)(q, k, v)
+            got[tile.endswith("/ws")] = fa._Forward(q, k, v, causal, 0.25, True, True)(q, k, v)
     assert any(kernel is fa._flash_fwd_tma_kernel for kernel, _ in used)
     for a, b in zip(got[False], got[True]):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0, equal_nan=True)
@@ -380,9 +382,9 @@ def test_the_causal_split_stores_the_pointer_kernels_log_sum_exp(sq, sk, keys, c
     if keys == "-inf":
         q[..., 0] = 1.0
         k[..., 0] = float("-inf")
-    o, lse = fa._Forward(q, k, v, True, 0.25, True)(q, k, v)
+    o, lse = fa._Forward(q, k, v, True, 0.25, True, True)(q, k, v)
     fa.pin(fwd="32x32/w4/s1")  # the pointer kernel alone
-    o_alone, lse_alone = fa._Forward(q, k, v, True, 0.25, True)(q, k, v)
+    o_alone, lse_alone = fa._Forward(q, k, v, True, 0.25, True, True)(q, k, v)
     fa.pin(fwd="32x32/w4/s1/ws")
     assert torch.equal(lse.isinf(), lse_alone.isinf()) and torch.equal(lse[lse.isinf()], lse_alone[lse_alone.isinf()])
     no_key = max(sq - sk, 0) if keys == "finite" else sq  # rows that see no finite score
@@ -512,3 +514,32 @@ def test_a_query_of_minus_inf_gets_zero_output_and_gradient_and_leaves_the_other
     torch.testing.assert_close(dv.double(), wv, atol=1e-4, rtol=1e-4)
     columns = [c for c in range(16) if c != 1]
     torch.testing.assert_close(dk[..., columns].double(), wk[..., columns], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
+def test_the_warp_specialized_kernels_run_only_when_asked(monkeypatch):
+    """KERNELS_FLASH_WS: by default (0) '/ws' tiles run their sizes in the pointer kernels even where the TMA
+    kernels could run (they are not right beside another process on the GPU: warp_specialized()); with 1
+    the forward's and the dK/dV kernel's TMA forms run, with the same result; another value is refused,
+    naming the variable."""
+    from kernels import _flash_attention as fa
+
+    q, k, v = qkv(1, 2, 40, 40, 16, torch.float32)
+    do = randn(*q.shape, dtype=torch.float32, seed=9)
+    got = {}
+    with tma_in_the_interpreter(monkeypatch, fwd="32x32/w4/s1/ws", bwd_dkdv="32x32/w4/s1/ws") as used:
+        for ws in (None, "0", "1"):
+            if ws is None:
+                monkeypatch.delenv(fa.WS_ENV)
+            else:
+                monkeypatch.setenv(fa.WS_ENV, ws)
+            used.clear()
+            got[ws] = _grads(q, k, v, do, False)
+            launched = {kernel for kernel, _ in used}
+            assert (fa._flash_fwd_tma_kernel in launched) == (ws == "1"), ws
+            assert (fa._flash_bwd_tma_kernel in launched) == (ws == "1"), ws
+        monkeypatch.setenv(fa.WS_ENV, "yes")
+        with pytest.raises(ValueError, match=fa.WS_ENV):
+            flash_attention(q, k, v)
+    for a, b in zip(got[None], got["1"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
