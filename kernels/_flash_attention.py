@@ -778,7 +778,7 @@ class _Forward:
     not), its tile chosen on the first call's tensors (tuning if no process had) and its launch prepared:
     ``forward(q, k, v) -> (o, lse)``."""
 
-    def __init__(self, q, k, v, causal: bool, sm_scale: float, store_lse: bool, ws: bool):
+    def __init__(self, q, k, v, causal: bool, sm_scale: float, store_lse: bool, ws: bool = False):
         batch, heads, seq_q, head_dim = q.shape
         seq_k, block_d = k.shape[2], bucket(head_dim)  # the head-dim block: the power of two at or above it
         self.shape, self.store_lse = q.shape, store_lse
@@ -838,7 +838,7 @@ class _Backward:
     delta, then a dK/dV and a dQ kernel (two_pass) or one kernel adding dQ (one_pass):
     ``backward(do, q, k, v, o, lse) -> (dq, dk, dv)``."""
 
-    def __init__(self, do, q, k, v, o, lse, causal: bool, sm_scale: float, kind: str, ws: bool):
+    def __init__(self, do, q, k, v, o, lse, causal: bool, sm_scale: float, kind: str, ws: bool = False):
         batch, heads, seq_q, head_dim = q.shape
         seq_k, block_d = k.shape[2], bucket(head_dim)
         self.kind, self.sm_scale, self.acc_shape = kind, sm_scale, (batch, heads, seq_q, block_d)

@@ -11,6 +11,7 @@ One CSV row per measurement; the summary is printed.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import pandas as pd
@@ -59,6 +60,7 @@ def bench(fn) -> float:
 
 
 def main(path: str) -> None:
+    os.environ.setdefault(fa.WS_ENV, "1")  # the '/ws' kernels as studied here: alone on the GPU (fa.warp_specialized)
     rows = []
     for d in (128, 80):
         for ws_causal in (False, True):

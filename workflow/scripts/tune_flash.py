@@ -212,6 +212,7 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import pandas as pd
@@ -240,6 +241,7 @@ def bench(fn) -> float:
 
 
 def main(path: str) -> None:
+    os.environ.setdefault(fa.WS_ENV, "1")  # the '/ws' kernels as studied here: alone on the GPU (fa.warp_specialized)
     fa.CANDIDATES.update(WIDER)
     fa._candidates.cache_clear()
     rows = []
