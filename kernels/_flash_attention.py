@@ -1015,8 +1015,10 @@ def warp_specialized() -> bool:
     ``KERNELS_FLASH_WS=1`` (read at each call; default 0). On the H200 (triton 3.6) they returned NaN in some
     heads of a call whenever another process's kernels shared the GPU with them (contexts time-sliced), and
     never with the GPU to themselves or beside this process's own other streams; this module's other kernels
-    (the TMA one-pass backward too) and cuDNN's stayed right beside the same process. So they are for a GPU no
-    other process uses: say so there, for their speed (README, "flash_attention on Hopper")."""
+    (the TMA one-pass backward too) and cuDNN's stayed right beside the same process. Triton's warp specialization
+    itself does this: a minimal warp-specialized matmul goes wrong likewise (workflow/scripts/ws_time_slicing.py).
+    So they are for a GPU no other process uses: say so there, for their speed (README, "flash_attention on
+    Hopper")."""
     value = os.environ.get(WS_ENV, "0")
     if value not in ("0", "1"):
         raise ValueError(f"{WS_ENV} must be 0 or 1, got {value!r}")

@@ -202,7 +202,9 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   while the pointer tiles (128x64/w8/s3; every other dK/dV tile), the TMA one-pass backward and cuDNN's SDPA
   stayed finite in every head; the same matmuls on a side stream of the same process left every kernel
   right. So time-slicing between contexts, not the size or the memory, is what they cannot take (the
-  committed run's finding 20 was this: its limits job ran beside four other GPU jobs). Kept: they run only
+  committed run's finding 20 was this: its limits job ran beside four other GPU jobs), and it is Triton's
+  warp specialization, not these kernels: a minimal warp-specialized matmul went wrong the same way, its
+  plain twin not (ws_time_slicing.py). Kept: they run only
   where KERNELS_FLASH_WS=1. What that costs, the lab's own _throughput in one process (B*S = 16384, H = 16,
   medians; ratio to the fastest SDPA backend, cuDNN here, without / with the '/ws' kernels): forward
   D=128 0.771 / 0.910 (S = 4096) and 0.792 / 0.919 (16384), causal 0.806 / 0.780 and 0.814 / 0.918; D=64
