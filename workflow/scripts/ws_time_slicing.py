@@ -11,7 +11,13 @@ GPU (its context and this one's time-slice). Prints the wrong 128x128 tiles (of 
 
 On the H200 (torch 2.11, triton 3.6): alone, 0 wrong tiles in every call, both forms; beside the second process,
 the warp-specialized form 57-110 wrong tiles in every one of 40 calls, the plain form 0. flash_attention's own
-'/ws' kernels did the same (tune_flash.py's docstring, twelfth round), cuDNN's did not.
+'/ws' kernels did the same (tune_flash.py's docstring, twelfth round), cuDNN's did not. Other forms, beside the
+process, 12 calls each (BM x BN x BK, warps, stages): 128x128x64/w4/s2 50-102 wrong tiles per call,
+128x128x128/w4/s2 1-82, 128x64x64/w4/s3 48-112, 64x128x64/w4/s3 2-188; 128x128x64/w4/s4 0 in all 12 (not shown
+safe: a deeper ring may only make the window rarer); 128x128x64/w8/s3 0, but Triton 3.6 does not specialize it
+(8 warps and no setmaxnreg in its sm_90 PTX). In the PTX of the 4-warp form, each consumer group waits for its
+wgmma to finish (wait_group 0) before it frees a stage, so it is not the early release that facebookexperimental/
+triton PR 1278 fixed; the worker groups do resize their registers (setmaxnreg) each time they take up work.
 """
 from __future__ import annotations
 
