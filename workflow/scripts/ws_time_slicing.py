@@ -16,8 +16,9 @@ process, 12 calls each (BM x BN x BK, warps, stages): 128x128x64/w4/s2 50-102 wr
 128x128x128/w4/s2 1-82, 128x64x64/w4/s3 48-112, 64x128x64/w4/s3 2-188; 128x128x64/w4/s4 0 in all 12 (not shown
 safe: a deeper ring may only make the window rarer); 128x128x64/w8/s3 0, but Triton 3.6 does not specialize it
 (8 warps and no setmaxnreg in its sm_90 PTX). In the PTX of the 4-warp form, each consumer group waits for its
-wgmma to finish (wait_group 0) before it frees a stage, so it is not the early release that facebookexperimental/
-triton PR 1278 fixed; the worker groups do resize their registers (setmaxnreg) each time they take up work.
+wgmma to finish (wait_group 0) before it frees a stage, so it is not the early release that PR 1278 of
+facebookexperimental/triton fixed; the worker groups do resize their registers (setmaxnreg) each time they
+take up work.
 """
 from __future__ import annotations
 
