@@ -195,18 +195,17 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   by pointer atomics): NVGPUWarpSpecialization fails at 64x128/w4 and 128x128/w4 (the dQ tile, a sum over
   the keys that the consumer groups split, is not partitioned: "Unexpected asyncTaskIds.size()"); only
   64x64/w4/s2 with pointer atomics compiles (12 warps). Not measured.
-- twelfth round: the '/ws' kernels beside another process (H200, triton 3.6, bf16, B=4400, H=16, S=256,
-  D=128, the allocator's pool first filled with NaN, every head scanned). Alone on the GPU every tile was
-  right; with a second process looping 8192^2 bf16 matmuls on the same GPU, the '/ws' forward
-  (128x128/w4/s2/ws) gave 15-19 heads of NaN per call (of 70400) and the '/ws' dK/dV kernel 130-290 in dK,
-  while the pointer tiles (128x64/w8/s3; every other dK/dV tile), the TMA one-pass backward and cuDNN's SDPA
-  stayed finite in every head; the same matmuls on a side stream of the same process left every kernel
-  right. So time-slicing between contexts, not the size or the memory, is what they cannot take (the
-  committed run's finding 20 was this: its limits job ran beside four other GPU jobs), and it is Triton's
-  warp specialization, not these kernels: a minimal warp-specialized matmul went wrong the same way, its
-  plain twin not (ws_time_slicing.py). Kept: they run only
-  where KERNELS_FLASH_WS=1. What that costs, the lab's own _throughput in one process (B*S = 16384, H = 16,
-  medians; ratio to the fastest SDPA backend, cuDNN here, without / with the '/ws' kernels): forward
+- twelfth round: the '/ws' kernels beside another process (H200, triton 3.6, bf16, B=4400, H=16, S=256, D=128,
+  the allocator's pool first filled with NaN, every head scanned). Alone on the GPU every tile was right; with
+  a second process looping 8192^2 bf16 matmuls on the same GPU, the '/ws' forward (128x128/w4/s2/ws) gave
+  15-19 heads of NaN per call (of 70400) and the '/ws' dK/dV kernel 130-290 in dK, while the pointer tiles
+  (128x64/w8/s3; every other dK/dV tile), the TMA one-pass backward and cuDNN's SDPA stayed finite in every
+  head; the same matmuls on a side stream of the same process left every kernel right. So time-slicing between
+  contexts, not the size or the memory, is what they cannot take (the committed run's finding 20 was this: its
+  limits job ran beside four other GPU jobs), and it is Triton's warp specialization, not these kernels: a
+  minimal warp-specialized matmul went wrong the same way, its plain twin not (ws_time_slicing.py). Kept: they
+  run only where KERNELS_FLASH_WS=1. What that costs, the lab's own _throughput in one process (B*S = 16384,
+  H = 16, medians; ratio to the fastest SDPA backend, cuDNN here, without / with the '/ws' kernels): forward
   D=128 0.771 / 0.910 (S = 4096) and 0.792 / 0.919 (16384), causal 0.806 / 0.780 and 0.814 / 0.918; D=64
   0.851 / 0.919 and 0.893 / 0.952, causal 0.855 / 0.812 and 0.864 / 0.926; forward+backward D=128
   0.745 / 0.807 and 0.730 / 0.818, causal 0.680 / 0.680 and 0.728 / 0.794; D=64 0.797 / 0.786 and

@@ -491,8 +491,8 @@ def flash_vs_sdpa(df: pd.DataFrame, matmul_tflops: float | None) -> pd.DataFrame
     if peers:
         wide["best_peer"] = wide[peers].idxmax(axis=1)
         wide["triton/best_peer"] = wide[FLASH] / wide[peers].max(axis=1)
-    if peers and FLASH_WS in wide:
-        wide[f"{FLASH_WS}/best_peer"] = wide[FLASH_WS] / wide[peers].max(axis=1)
+        if FLASH_WS in wide:
+            wide[f"{FLASH_WS}/best_peer"] = wide[FLASH_WS] / wide[peers].max(axis=1)
     if matmul_tflops:
         wide["triton/matmul"] = wide[FLASH] / matmul_tflops
     return wide
@@ -540,8 +540,8 @@ def figure_flash_memory(t):
 flash_attention (Triton, `triton_flash`; `triton_flash_ws` with its warp-specialized Hopper kernels allowed, for
 a GPU no other process uses) against FlexAttention and SDPA's flash, cuDNN and memory-efficient backends, bf16,
 batch x sequence length held constant, forward and forward+backward, causal or not, per head dimension: median
-TFLOP/s with p20 to p80 bands. FLOPs: 4 B H S^2 D for the forward (half for causal), 3.5x that for forward+backward. Dashed:
-the bf16 matmul rate, measured by the same job on the same GPU. Claim 13.""")
+TFLOP/s with p20 to p80 bands. FLOPs: 4 B H S^2 D for the forward (half for causal), 3.5x that for
+forward+backward. Dashed: the bf16 matmul rate, measured by the same job on the same GPU. Claim 13.""")
 def figure_flash_performance(t):
     perf = t["flash_attention/performance"]
     return plot_flash_performance(perf, own_ceiling(perf, "matmul_tflops", t["calibration/ceilings"]))
