@@ -210,6 +210,12 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   0.851 / 0.919 and 0.893 / 0.952, causal 0.855 / 0.812 and 0.864 / 0.926; forward+backward D=128
   0.745 / 0.807 and 0.730 / 0.818, causal 0.680 / 0.680 and 0.728 / 0.794; D=64 0.797 / 0.786 and
   0.808 / 0.807, causal 0.812 / 0.802 and 0.790 / 0.811.
+- thirteenth round, not possible (no GPU needed): FlashAttention-3's overlap of one key tile's softmax with
+  the next tile's Q K^T, asked for in the pointer kernel's loop by issuing the next scores first. Triton
+  3.6 and 3.9 both wait for that matmul at once (warp_group_dot_wait with pendings = 0 right after it in
+  the sm_90 TTGIR, wait_group 0 in the PTX), as for every matmul of the usual loop: a wgmma stays in flight
+  only as the loop-carried accumulator of its own dot. So the exponentials never run beside a matmul
+  without warp specialization (wgmma_waits.py prints the waits of both loops).
 """
 from __future__ import annotations
 
