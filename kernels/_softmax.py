@@ -80,9 +80,11 @@ WIDE = (
     ("forward", 4, None, (0, 4096, 4)),  # wider fp32: 0.74-0.77 (two-pass 0.65-0.73)
     ("forward", 2, 128 * KiB, (131072, 16384, 16)),  # bf16 to 65536 columns: 0.82-0.87 (32768 x 32 warps: 0.68-0.79)
     ("forward", 2, None, (131072, 32768, 32)),  # wider bf16: 0.61-0.73 (split path 0.53-0.63)
-    ("backward", 4, None, (0, 4096, 4)),  # fp32: 0.87-0.90 to 131072 columns (16 warps: 0.79-0.80)
+    ("backward", 4, 512 * KiB, (0, 4096, 4)),  # fp32: 0.87-0.91 to 131072 columns (16 warps: 0.79-0.80)
+    ("backward", 4, None, (0, 8192, 4)),  # wider fp32: 0.85 at 262144, 0.71 at 2^20 (chunks of 4096: 0.79, 0.60)
     ("backward", 2, 128 * KiB, (65536, 16384, 32)),  # bf16 to 65536 columns: 0.88 (split path 0.57-0.80)
-    ("backward", 2, None, (16384, 16384, 16)),  # wider bf16: 0.72-0.78 (split path 0.45-0.63)
+    ("backward", 2, 512 * KiB, (16384, 16384, 16)),  # bf16 to 262144: 0.78-0.80 (split path 0.45-0.63)
+    ("backward", 2, None, (65536, 16384, 16)),  # wider bf16: 0.69-0.70 at 2^20 (segments of 16384: 0.41-0.48)
 )
 
 

@@ -113,7 +113,25 @@ def candidates(n: int, direction: str) -> dict:
     with 16, 0.50 with 8, two programs per SM the same, num_stages 1 or 3 the same (the default before:
     the two-pass path, 0.86-0.89 with its committed sizes); fp16 there 0.70-0.74 (the two-pass path 0.89:
     kept for fp16); bf16 at 8192-16384 and fp32 at 16384-32768 0.61-0.91, where one program per row made
-    0.94-0.98. At 20000 columns (bf16, masked) 0.79."""
+    0.94-0.98. At 20000 columns (bf16, masked) 0.79.
+
+    Then the wait at a row's counter, and the wide backward's sizes (H200, triton 3.6, fractions of a copy of
+    the same tensor measured beside them, 2^28 bytes per input, four processes: the committed wait twice, and
+    each variant once). The wait polls the counter with an atomic add of 0 (one thread, its value shared
+    through shared memory); polling it with ld.acquire.gpu from every thread instead, with or without a
+    nanosleep of 64 ns between polls, was slower where the defaults run: the split backward at 65536-262144
+    fp32 columns 0.78-0.62 against 0.91-0.79, the public bf16 backward at 131072-262144 0.63-0.47 against
+    0.80-0.78; it helped only split forwards that are not the defaults (fp32, chunks of 8192 and 8 warps, at
+    131072: 0.82 against 0.71). Not kept. In the same runs, kept: the fp32 backward wider than 131072 columns
+    in chunks of 8192 on 4 warps, 0.85 at 262144 and 0.71 at 2^20 against 0.79-0.80 and 0.60 with chunks of
+    4096 (0.87 against 0.88 at 131072, so the split stays at 4096 there); the bf16 backward wider than
+    262144 in segments of 65536 (chunks of 16384, 16 warps), 0.69-0.70 at 2^20 in all four processes
+    against 0.41-0.48 with segments of 16384 (the two speeds recorded above: the slow one in these four).
+    Forward: every default was the fastest candidate or within 0.01 of it (fp32 at 65536 0.90, 131072-2^20
+    0.72-0.76; bf16 0.83, 0.74-0.75, 0.62, 0.60); bf16 at 32768 columns (this script's own run, a copy of
+    the 256 MiB tensor at 4107 GB/s), the public forward 0.901, the prefetching rows kernel 0.907 (32 warps)
+    and 0.906 (16), the two-pass path with one segment 0.885 (chunks of 8192, 16 warps): 3699 GB/s for the
+    public forward, 0.87 of the pipeline's 1 GiB copy (4225-4258 GB/s), which its tables divide by."""
     out = {"default": {}}
     width = triton.next_power_of_2(n)
     for tile in (1024, 2048, 4096, 8192, 16384, 32768) if direction == "forward" else ():
