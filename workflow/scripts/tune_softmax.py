@@ -126,7 +126,9 @@ def candidates(n: int, direction: str) -> dict:
     in chunks of 8192 on 4 warps, 0.85 at 262144 and 0.71 at 2^20 against 0.79-0.80 and 0.60 with chunks of
     4096 (0.87 against 0.88 at 131072, so the split stays at 4096 there); the bf16 backward wider than
     262144 in segments of 65536 (chunks of 16384, 16 warps), 0.69-0.70 at 2^20 in all four processes
-    against 0.41-0.48 with segments of 16384 (the two speeds recorded above: the slow one in these four).
+    against 0.41-0.48 with segments of 16384 (the two speeds recorded above: the slow one in these four;
+    the committed run's softmax job then measured 0.674 with the new sizes, where the run before had 0.696
+    with the old: steadier, not faster than the old sizes' fast speed).
     Forward: every default was the fastest candidate or within 0.01 of it (fp32 at 65536 0.90, 131072-2^20
     0.72-0.76; bf16 0.83, 0.74-0.75, 0.62, 0.60); bf16 at 32768 columns (this script's own run, a copy of
     the 256 MiB tensor at 4107 GB/s), the public forward 0.901, the prefetching rows kernel 0.907 (32 warps)
