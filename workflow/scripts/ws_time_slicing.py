@@ -19,16 +19,32 @@ safe: a deeper ring may only make the window rarer); 128x128x64/w8/s3 0, but Tri
 wgmma to finish (wait_group 0) before it frees a stage, so it is not the early release that PR 1278 of
 facebookexperimental/triton fixed; the worker groups do resize their registers (setmaxnreg) each time they
 take up work.
+
+    python workflow/scripts/ws_time_slicing.py --consan
+
+runs both forms alone on the GPU, a few calls, under Triton's concurrency sanitizer (ConSan:
+TRITON_INSTRUMENTATION_MODE=consan, which tracks every shared-memory access of the partitions against their
+barriers and stops the kernel at a race whether or not the race changed a result). Triton 3.6 compiles the
+warp-specialized form for sm_90 under it only without line info (TRITON_DISABLE_LINE_INFO=1; with line info its
+LLVMDIScope pass fails), which this mode sets, with a cache of its own. Not run on a GPU yet: a race reported
+there is the cause to send upstream; none would point at the context switch itself.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tempfile
 import time
 
-import torch
-import triton
-import triton.language as tl
+CONSAN = "--consan" in sys.argv[1:]
+if CONSAN:  # before triton is imported: its knobs and cache are read then
+    os.environ.update(TRITON_INSTRUMENTATION_MODE="consan", TRITON_DISABLE_LINE_INFO="1",
+                      TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="consan-"))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 M = N = K = 8192
 BM, BN, BK = 128, 128, 64
@@ -69,6 +85,11 @@ def main(calls: int = 40) -> None:
     g = torch.Generator(device="cuda").manual_seed(0)
     a, b = (torch.randn(n, K, device="cuda", dtype=torch.bfloat16, generator=g) for n in (M, N))
     want = (a @ b.T).float()
+    if CONSAN:  # a race stops the kernel (a device-side error), so the plain form goes first
+        for ws in (False, True):
+            print("ConSan, alone,", "warp-specialized" if ws else "plain", "wrong tiles per call:",
+                  wrong_tiles(a, b, want, ws, 3), "(no race reported)", flush=True)
+        return
     for shared in (False, True):
         busy = subprocess.Popen([sys.executable, "-c", BUSY]) if shared else None
         try:
