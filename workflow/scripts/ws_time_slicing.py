@@ -3,11 +3,12 @@ pipeline): the reason flash_attention runs its '/ws' kernels only where KERNELS_
 
     python workflow/scripts/ws_time_slicing.py
 
-A minimal matmul (bf16, 8192^3, in-kernel tensor descriptors, 128x128x64 tiles, 4 warps, 3 stages), once with
-its K loop warp-specialized (``tl.range(..., warp_specialize=True)``: a producer warp group and two consumer
-groups with setmaxnreg) and once without, each 40 times into an output filled with NaN, compared with torch's
-matmul tile by tile: first with the GPU to itself, then while a second process loops torch matmuls on the same
-GPU (its context and this one's time-slice). Prints the wrong 128x128 tiles (of 4096) per call.
+A minimal matmul (bf16, 8192^3, in-kernel tensor descriptors, 128x128x64 tiles, 4 warps, 3 stages) in three
+forms: its K loop warp-specialized (``tl.range(..., warp_specialize=True)``: a producer warp group and two
+consumer groups with setmaxnreg), the same without setmaxnreg (below), and plain. Each runs 40 times into an
+output filled with NaN, compared with torch's matmul tile by tile: first with the GPU to itself, then while a
+second process loops torch matmuls on the same GPU (its context and this one's time-slice). Prints TFLOP/s
+alone and the wrong 128x128 tiles (of 4096) per call.
 
 On the H200 (torch 2.11, triton 3.6): alone, 0 wrong tiles in every call, both forms; beside the second process,
 the warp-specialized form 57-110 wrong tiles in every one of 40 calls, the plain form 0. flash_attention's own
@@ -20,31 +21,34 @@ wgmma to finish (wait_group 0) before it frees a stage, so it is not the early r
 facebookexperimental/triton fixed; the worker groups do resize their registers (setmaxnreg) each time they
 take up work.
 
-    python workflow/scripts/ws_time_slicing.py --consan
+Also measured: Triton's concurrency sanitizer cannot tell. Under TRITON_INSTRUMENTATION_MODE=consan (triton 3.6,
+sm_90; TRITON_DISABLE_LINE_INFO=1, else its LLVMDIScope pass fails on the warp-specialized form) the plain form,
+which the run above finds right beside the busy process, stops at once with "Deadlock detected: all active
+threads are waiting on mbarriers" in every program (its threads wait on the TMA copies' mbarrier, which no thread
+arrives on): a false report, so none from the warp-specialized form would mean anything.
 
-runs both forms alone on the GPU, a few calls, under Triton's concurrency sanitizer (ConSan:
-TRITON_INSTRUMENTATION_MODE=consan, which tracks every shared-memory access of the partitions against their
-barriers and stops the kernel at a race whether or not the race changed a result). Triton 3.6 compiles the
-warp-specialized form for sm_90 under it only without line info (TRITON_DISABLE_LINE_INFO=1; with line info its
-LLVMDIScope pass fails), which this mode sets, with a cache of its own. Not run on a GPU yet: a race reported
-there is the cause to send upstream; none would point at the context switch itself.
+The third form is the warp-specialized kernel with every ``setmaxnreg`` taken out of its PTX (Triton's
+``ir_override`` option compiles the edited PTX; the kernel keeps ``.maxnreg 168``, so every warp group holds
+168 registers throughout instead of the loader's 40 and the two matmul groups' 232). Triton 3.6 has no option
+that leaves them out (``maxnreg=128`` still emits them). On the H200 (triton 3.6, 40 calls each; TFLOP/s alone):
+warp-specialized 511, without setmaxnreg 503, plain 547; alone, 0 wrong tiles in every call, all three;
+beside the busy process, warp-specialized 1-102 wrong tiles in 40 of 40 calls, without setmaxnreg 1-101 in 39
+of 40, plain 0 in 40. So the register hand-over is not the cause. Read from the same PTX: each matmul group
+frees a stage on mbarriers of its own (one arrival of 128 after a named barrier over its four warps and
+wait_group 0), and the loader waits on both groups' before it refills the stage they share, so no stage is
+freed early on the face of it either.
 """
 from __future__ import annotations
 
-import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
 
-CONSAN = "--consan" in sys.argv[1:]
-if CONSAN:  # before triton is imported: its knobs and cache are read then
-    os.environ.update(TRITON_INSTRUMENTATION_MODE="consan", TRITON_DISABLE_LINE_INFO="1",
-                      TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="consan-"))
-
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+import torch
+import triton
+import triton.language as tl
 
 M = N = K = 8192
 BM, BN, BK = 128, 128, 64
@@ -67,13 +71,37 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constex
     c_desc.store([m0, n0], acc.to(tl.bfloat16))
 
 
-def wrong_tiles(a, b, want, ws: bool, calls: int) -> list[int]:
+def launch(a, b, c, form: str):
+    options = dict(num_warps=4, num_stages=3)
+    if form == FORMS[1]:
+        options["ir_override"] = _ptx_without_setmaxnreg(a, b, c)
+    return matmul_kernel[(triton.cdiv(M, BM) * triton.cdiv(N, BN),)](a, b, c, M, N, K, BM, BN, BK, form != FORMS[2],
+                                                                     **options)
+
+
+FORMS = ("warp-specialized", "warp-specialized, no setmaxnreg", "plain")
+_edited: dict[str, str] = {}
+
+
+def _ptx_without_setmaxnreg(a, b, c) -> str:
+    """The warp-specialized kernel's PTX with its setmaxnreg lines deleted, in a file for ir_override."""
+    if not _edited:
+        ptx = launch(a, b, torch.empty_like(c), FORMS[0]).asm["ptx"]
+        edited, n = re.subn(r"^\s*setmaxnreg\.[^\n]*\n", "", ptx, flags=re.M)
+        assert n, "no setmaxnreg in the warp-specialized kernel's PTX"
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+            f.write(edited)
+        _edited["path"] = f.name
+        print(f"PTX edited: {n} setmaxnreg lines deleted", flush=True)
+    return _edited["path"]
+
+
+def wrong_tiles(a, b, want, form: str, calls: int) -> list[int]:
     """Per call: the output tiles with an element off by more than 1 (bf16 rounding is far below), NaN included."""
     counts = []
     for _ in range(calls):
         c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-        matmul_kernel[(triton.cdiv(M, BM) * triton.cdiv(N, BN),)](a, b, c, M, N, K, BM, BN, BK, ws, num_warps=4,
-                                                                  num_stages=3)
+        launch(a, b, c, form)
         torch.cuda.synchronize()
         bad = ~((c.float() - want).abs() <= 1.0)
         counts.append(int(bad.view(M // BM, BM, N // BN, BN).any(3).any(1).sum()))
@@ -85,19 +113,18 @@ def main(calls: int = 40) -> None:
     g = torch.Generator(device="cuda").manual_seed(0)
     a, b = (torch.randn(n, K, device="cuda", dtype=torch.bfloat16, generator=g) for n in (M, N))
     want = (a @ b.T).float()
-    if CONSAN:  # a race stops the kernel (a device-side error), so the plain form goes first
-        for ws in (False, True):
-            print("ConSan, alone,", "warp-specialized" if ws else "plain", "wrong tiles per call:",
-                  wrong_tiles(a, b, want, ws, 3), "(no race reported)", flush=True)
-        return
+    c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    for form in FORMS:  # TFLOP/s with the GPU to itself
+        ms = triton.testing.do_bench(lambda form=form: launch(a, b, c, form), rep=200)
+        print(f"alone {form}: {2 * M * N * K / ms / 1e9:.0f} TFLOP/s", flush=True)
     for shared in (False, True):
         busy = subprocess.Popen([sys.executable, "-c", BUSY]) if shared else None
         try:
             if busy:
                 time.sleep(5)  # until its loop runs
-            for ws in (True, False):
-                print("beside another process" if shared else "alone", "warp-specialized" if ws else "plain",
-                      "wrong tiles per call:", wrong_tiles(a, b, want, ws, calls), flush=True)
+            for form in FORMS:
+                print("beside another process" if shared else "alone", form, "wrong tiles per call:",
+                      wrong_tiles(a, b, want, form, calls), flush=True)
         finally:
             if busy:
                 busy.kill()
