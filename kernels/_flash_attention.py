@@ -30,6 +30,7 @@ from . import _checks, _flash_tiles, backend
 from ._flash_tiles import Tile, bucket
 from ._device import sm_count
 from ._launch import DirectLaunch, Prepared, _aligned
+from ._dead_barriers import WithoutDeadBarriers
 from ._triton import tl, triton
 
 __all__ = ["flash_attention", "flash_attention_ref", "tiles_in_use"]
@@ -758,14 +759,17 @@ def _cdiv(a: int, b: int) -> int:  # plain ints: triton.cdiv is a constexpr func
 
 
 # Each kernel is launched through a DirectLaunch (kernels/_launch.py), and each call shape keeps its
-# prepared launches in a _Plan, so a repeated call does no checks, tile lookup or argument binding.
+# prepared launches in a _Plan, so a repeated call does no checks, tile lookup or argument binding. The
+# TMA kernels (the '/ws' ones among them) are compiled without the barriers Triton's warp specialization
+# initializes and never uses, which made them wrong beside another process (kernels/_dead_barriers.py).
 _direct: dict = {}
 
 
 def _prepare(kernel, programs: int, numbers: tuple, consts: dict, tile: Tile | None = None) -> Prepared:
     """kernel[(programs,)](*tensors, *numbers, **consts, **tile.kwargs), for the tensors given at each call."""
     if kernel not in _direct:
-        _direct[kernel] = DirectLaunch(kernel)
+        tma = kernel in (_flash_fwd_tma_kernel, _flash_bwd_tma_kernel)
+        _direct[kernel] = (WithoutDeadBarriers if tma else DirectLaunch)(kernel)
     return _direct[kernel].prepare(programs, numbers, {**consts, **tile.kwargs} if tile else consts)
 
 
@@ -1011,15 +1015,13 @@ WS_ENV = "KERNELS_FLASH_WS"
 
 
 def warp_specialized() -> bool:
-    """May the warp-specialized Hopper kernels (the '/ws' tiles of fwd and bwd_dkdv) run? Only where
-    ``KERNELS_FLASH_WS=1`` (read at each call; default 0). On the H200 (triton 3.6) they returned NaN in some
-    heads of a call whenever another process's kernels shared the GPU with them (contexts time-sliced), and
-    never with the GPU to themselves or beside this process's own other streams; this module's other kernels
-    (the TMA one-pass backward too) and cuDNN's stayed right beside the same process. Triton's warp specialization
-    itself does this: a minimal warp-specialized matmul goes wrong likewise (workflow/scripts/ws_time_slicing.py).
-    So they are for a GPU no other process uses: say so there, for their speed (README, "flash_attention on
-    Hopper")."""
-    value = os.environ.get(WS_ENV, "0")
+    """May the warp-specialized Hopper kernels (the '/ws' tiles of fwd and bwd_dkdv) run? Yes unless
+    ``KERNELS_FLASH_WS=0`` (read at each call; default 1). Triton 3.6 compiles them with barriers it
+    initializes and never uses, in shared memory its TMA copies then fill; on the H200 that made them return
+    NaN in some heads of a call whenever another process's kernels shared the GPU (contexts time-sliced),
+    until they were compiled without those barriers (kernels/_dead_barriers.py; the counts in
+    workflow/scripts/ws_time_slicing.py). ``KERNELS_FLASH_WS=0`` runs the pointer kernels instead."""
+    value = os.environ.get(WS_ENV, "1")
     if value not in ("0", "1"):
         raise ValueError(f"{WS_ENV} must be 0 or 1, got {value!r}")
     return value == "1"
@@ -1119,8 +1121,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     torch.compile (fullgraph too) and CUDA graph capture. sm_scale defaults to 1/sqrt(head_dim); see
     the module docstring for the causal convention. Tiles are chosen per shape bucket (kernels/_flash_tiles.py):
     ``flash_attention.tune(q, k, v, causal)`` tunes ahead of time, ``flash_attention.pin(fwd="128x64/w8/s3")``
-    fixes a tile. On Hopper, ``KERNELS_FLASH_WS=1`` allows faster warp-specialized kernels, for a GPU no other
-    process uses (warp_specialized() says why).
+    fixes a tile. On Hopper, warp-specialized kernels are among the tiles unless ``KERNELS_FLASH_WS=0``
+    (warp_specialized()).
     """
     # A call shaped like an earlier one (same shapes, strides, dtypes, devices, causal and sm_scale) passed
     # the same checks then: its plan is all it needs.
@@ -1162,9 +1164,9 @@ def tune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
 
 def pin(**tiles: str | None) -> None:
     """Run the named kernels (fwd, bwd_dkdv, bwd_dq, bwd_one_pass) with these tiles ('128x64/w8/s3': BLOCK_M x BLOCK_N
-    / warps / stages, '/ws' for a warp-specialized TMA kernel: fwd, bwd_dkdv, run as such only where
-    KERNELS_FLASH_WS=1, elsewhere its sizes in the pointer kernel) in every bucket, never tuning them; None
-    unpins one, ``pin()`` unpins all."""
+    / warps / stages, '/ws' for a warp-specialized TMA kernel: fwd, bwd_dkdv, run as such where the inputs
+    allow it and KERNELS_FLASH_WS is not 0, elsewhere its sizes in the pointer kernel) in every bucket, never
+    tuning them; None unpins one, ``pin()`` unpins all."""
     for kind, text in tiles.items():
         if kind not in ("fwd", "bwd_dkdv") and isinstance(text, str) and text.endswith("/ws"):
             raise ValueError(f"{kind}: only fwd and bwd_dkdv have warp-specialized kernels, got {text!r}")

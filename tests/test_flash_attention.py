@@ -258,7 +258,7 @@ def test_the_limits_probe_finds_every_head_that_is_not_finite():
 @contextlib.contextmanager
 def tma_in_the_interpreter(monkeypatch, **tiles):
     """The TMA kernels run in the interpreter as on Hopper (descriptors, without warp specialization), with
-    these tiles pinned and the warp-specialized kernels allowed (KERNELS_FLASH_WS=1). Yields the kernels
+    these tiles pinned and the warp-specialized kernels on (KERNELS_FLASH_WS=1). Yields the kernels
     launched, with their constexprs."""
     import triton
 
@@ -517,11 +517,10 @@ def test_a_query_of_minus_inf_gets_zero_output_and_gradient_and_leaves_the_other
 
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
-def test_the_warp_specialized_kernels_run_only_when_asked(monkeypatch):
-    """KERNELS_FLASH_WS: by default (0) '/ws' tiles run their sizes in the pointer kernels even where the TMA
-    kernels could run (they are not right beside another process on the GPU: warp_specialized()); with 1
-    the forward's and the dK/dV kernel's TMA forms run, with the same result; another value is refused,
-    naming the variable."""
+def test_the_warp_specialized_kernels_run_unless_turned_off(monkeypatch):
+    """KERNELS_FLASH_WS: by default (1) the forward's and the dK/dV kernel's TMA forms run for '/ws' tiles
+    where the inputs allow them; with 0 the tiles run their sizes in the pointer kernels, with the same
+    result; another value is refused, naming the variable."""
     from kernels import _flash_attention as fa
 
     q, k, v = qkv(1, 2, 40, 40, 16, torch.float32)
@@ -534,12 +533,13 @@ def test_the_warp_specialized_kernels_run_only_when_asked(monkeypatch):
             else:
                 monkeypatch.setenv(fa.WS_ENV, ws)
             used.clear()
+            fa._plans.clear()  # each setting prepares its launches anew (None and "1" would share a plan)
             got[ws] = _grads(q, k, v, do, False)
             launched = {kernel for kernel, _ in used}
-            assert (fa._flash_fwd_tma_kernel in launched) == (ws == "1"), ws
-            assert (fa._flash_bwd_tma_kernel in launched) == (ws == "1"), ws
+            assert (fa._flash_fwd_tma_kernel in launched) == (ws != "0"), ws
+            assert (fa._flash_bwd_tma_kernel in launched) == (ws != "0"), ws
         monkeypatch.setenv(fa.WS_ENV, "yes")
         with pytest.raises(ValueError, match=fa.WS_ENV):
             flash_attention(q, k, v)
-    for a, b in zip(got[None], got["1"]):
+    for a, b in zip(got[None], got["0"]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

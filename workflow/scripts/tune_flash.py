@@ -203,19 +203,27 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   head; the same matmuls on a side stream of the same process left every kernel right. So time-slicing between
   contexts, not the size or the memory, is what they cannot take (the committed run's finding 20 was this: its
   limits job ran beside four other GPU jobs), and it is Triton's warp specialization, not these kernels: a
-  minimal warp-specialized matmul went wrong the same way, its plain twin not (ws_time_slicing.py). Kept: they
-  run only where KERNELS_FLASH_WS=1. What that costs, the lab's own _throughput in one process (B*S = 16384,
-  H = 16, medians; ratio to the fastest SDPA backend, cuDNN here, without / with the '/ws' kernels): forward
-  D=128 0.771 / 0.910 (S = 4096) and 0.792 / 0.919 (16384), causal 0.806 / 0.780 and 0.814 / 0.918; D=64
-  0.851 / 0.919 and 0.893 / 0.952, causal 0.855 / 0.812 and 0.864 / 0.926; forward+backward D=128
-  0.745 / 0.807 and 0.730 / 0.818, causal 0.680 / 0.680 and 0.728 / 0.794; D=64 0.797 / 0.786 and
-  0.808 / 0.807, causal 0.812 / 0.802 and 0.790 / 0.811.
+  minimal warp-specialized matmul went wrong the same way, its plain twin not (ws_time_slicing.py). Kept then:
+  they ran only where KERNELS_FLASH_WS=1 (later found and fixed: dead barriers in Triton's IR, sharing shared
+  memory with the TMA tiles; kernels/_dead_barriers.py, and the default again). What that cost, the lab's own
+  _throughput in one process (B*S = 16384, H = 16, medians; ratio to the fastest SDPA backend, cuDNN here,
+  without / with the '/ws' kernels): forward D=128 0.771 / 0.910 (S = 4096) and 0.792 / 0.919 (16384), causal
+  0.806 / 0.780 and 0.814 / 0.918; D=64 0.851 / 0.919 and 0.893 / 0.952, causal 0.855 / 0.812 and 0.864 / 0.926;
+  forward+backward D=128 0.745 / 0.807 and 0.730 / 0.818, causal 0.680 / 0.680 and 0.728 / 0.794; D=64 0.797 /
+  0.786 and 0.808 / 0.807, causal 0.812 / 0.802 and 0.790 / 0.811.
 - thirteenth round, not possible (no GPU needed): FlashAttention-3's overlap of one key tile's softmax with
   the next tile's Q K^T, asked for in the pointer kernel's loop by issuing the next scores first. Triton
   3.6 and 3.9 both wait for that matmul at once (warp_group_dot_wait with pendings = 0 right after it in
   the sm_90 TTGIR, wait_group 0 in the PTX), as for every matmul of the usual loop: a wgmma stays in flight
   only as the loop-carried accumulator of its own dot. So the exponentials never run beside a matmul
   without warp specialization (wgmma_waits.py prints the waits of both loops).
+- fourteenth round, the '/ws' kernels' fault found: Triton 3.6 initializes barriers in their shared memory
+  that nothing uses and lets the TMA tiles fill the same bytes (ws_time_slicing.py). Compiled without them
+  (kernels/_dead_barriers.py) and pinned (fwd 128x128/w4/s2/ws, dK/dV 64x128/w4/s2/ws, dQ 128x64/w8/s3 at
+  D=128; D=64 dK/dV and dQ 64x64/w4/s2), bf16, B*S = 16384, H = 16, beside cuDNN in the same process (H200,
+  TFLOP/s, ratio to cuDNN): forward D=128 604 (0.947) at S = 4096 and 574 (0.864) at 16384, D=64 415
+  (0.898) at 4096; forward+backward D=128 439 (0.764) and 453 (0.806), D=64 346 (0.780). Kept: the default
+  again, KERNELS_FLASH_WS=0 turns them off.
 """
 from __future__ import annotations
 

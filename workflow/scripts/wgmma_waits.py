@@ -15,8 +15,8 @@ Found with triton 3.6 (the H200's) and 3.9 (CI's): ``pendings = 0`` right after 
 so the reordered source issues Q K_{j+1}^T and at once waits for it; the exponentials never run beside a
 matmul. Triton keeps a wgmma in flight across iterations only when its result is the loop-carried
 accumulator of the same dot (a K loop), which neither of attention's matmuls is (the scores are fresh each
-tile; the output is rescaled by alpha first). So without warp specialization (which flash_attention runs
-only where KERNELS_FLASH_WS=1: ws_time_slicing.py) the forward's matmuls and softmax take turns whatever
+tile; the output is rescaled by alpha first). So without warp specialization (the '/ws' tiles; off with
+KERNELS_FLASH_WS=0, and where the inputs do not allow TMA) the forward's matmuls and softmax take turns whatever
 the tile: a limit on the pointer kernel, at 0.77-0.89 of cuDNN's forward (tune_flash.py's twelfth round).
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Triton's warp specialization beside another process on the same GPU (GPU only, Hopper; not part of the
-pipeline): the reason flash_attention runs its '/ws' kernels only where KERNELS_FLASH_WS=1.
+pipeline): why flash_attention's '/ws' kernels went wrong beside another process, and what fixed them.
 
     python workflow/scripts/ws_time_slicing.py
 
@@ -50,6 +50,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import _dead_barriers
+
 M = N = K = 8192
 BM, BN, BK = 128, 128, 64
 BUSY = "import torch\nx = torch.randn(8192, 8192, device='cuda', dtype=torch.bfloat16)\nwhile True:\n    x @ x\n"
@@ -73,27 +75,31 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constex
 
 def launch(a, b, c, form: str):
     options = dict(num_warps=4, num_stages=3)
-    if form == FORMS[1]:
-        options["ir_override"] = _ptx_without_setmaxnreg(a, b, c)
-    return matmul_kernel[(triton.cdiv(M, BM) * triton.cdiv(N, BN),)](a, b, c, M, N, K, BM, BN, BK, form != FORMS[2],
+    if form in FORMS[1:3]:
+        options["ir_override"] = _edited(a, b, c, form)
+    return matmul_kernel[(triton.cdiv(M, BM) * triton.cdiv(N, BN),)](a, b, c, M, N, K, BM, BN, BK, form != FORMS[3],
                                                                      **options)
 
 
-FORMS = ("warp-specialized", "warp-specialized, no setmaxnreg", "plain")
-_edited: dict[str, str] = {}
+FORMS = ("warp-specialized", "warp-specialized, no setmaxnreg", "warp-specialized, no dead barriers", "plain")
+_paths: dict[str, str] = {}
 
 
-def _ptx_without_setmaxnreg(a, b, c) -> str:
-    """The warp-specialized kernel's PTX with its setmaxnreg lines deleted, in a file for ir_override."""
-    if not _edited:
-        ptx = launch(a, b, torch.empty_like(c), FORMS[0]).asm["ptx"]
-        edited, n = re.subn(r"^\s*setmaxnreg\.[^\n]*\n", "", ptx, flags=re.M)
-        assert n, "no setmaxnreg in the warp-specialized kernel's PTX"
-        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-            f.write(edited)
-        _edited["path"] = f.name
-        print(f"PTX edited: {n} setmaxnreg lines deleted", flush=True)
-    return _edited["path"]
+def _edited(a, b, c, form: str) -> str:
+    """A file for ir_override: the warp-specialized kernel's PTX with its setmaxnreg lines deleted, or its
+    TritonGPU IR without the barriers it initializes and never uses (kernels/_dead_barriers.py)."""
+    if form not in _paths:
+        compiled = launch(a, b, torch.empty_like(c), FORMS[0])
+        if form == FORMS[1]:
+            edited, n = re.subn(r"^\s*setmaxnreg\.[^\n]*\n", "", compiled.asm["ptx"], flags=re.M)
+            assert n, "no setmaxnreg in the warp-specialized kernel's PTX"
+            with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+                f.write(edited)
+            _paths[form] = f.name
+        else:
+            _paths[form] = _dead_barriers.override(compiled)
+            assert _paths[form], "no dead barrier in the warp-specialized kernel's IR"
+    return _paths[form]
 
 
 def wrong_tiles(a, b, want, form: str, calls: int) -> list[int]:
