@@ -3,13 +3,24 @@ pipeline): why flash_attention's '/ws' kernels went wrong beside another process
 
     python workflow/scripts/ws_time_slicing.py
 
-A minimal matmul (bf16, 8192^3, in-kernel tensor descriptors, 128x128x64 tiles, 4 warps, 3 stages) in three
+A minimal matmul (bf16, 8192^3, in-kernel tensor descriptors, 128x128x64 tiles, 4 warps, 3 stages) in four
 forms: its K loop warp-specialized (``tl.range(..., warp_specialize=True)``: a producer warp group and two
-consumer groups with setmaxnreg), the same without setmaxnreg (below), and plain. Each runs 40 times into an
-output filled with NaN, compared with torch's matmul tile by tile: first with the GPU to itself, then while a
-second process loops torch matmuls on the same GPU (its context and this one's time-slice). Prints TFLOP/s
-alone and the wrong 128x128 tiles (of 4096) per call.
+consumer groups with setmaxnreg), the same without setmaxnreg, the same without its dead barriers (both
+below), and plain. Each runs 40 times into an output filled with NaN, compared with torch's matmul tile by
+tile: first with the GPU to itself, then while a second process loops torch matmuls on the same GPU (its
+context and this one's time-slice). Prints TFLOP/s alone and the wrong 128x128 tiles (of 4096) per call.
 
+The cause, found last: Triton 3.6 allocates barrier arrays that no partition waits on or arrives at (the
+``ttng.init_barrier`` of allocations with no other use in its TTGIR), initializes them at the first bytes of
+shared memory (offsets 0, 8 and 16 in the PTX: ``mbarrier.init`` only) and lets the operand ring, which TMA
+fills, take the same bytes, with no ``mbarrier.inval`` between (its plain kernels invalidate theirs). Beside
+the busy process on the H200: the warp-specialized form wrong in 40 of 40 calls (9-105 tiles) and the same
+kernel compiled from its IR without those barriers (kernels/_dead_barriers.py) right in 40 of 40, in one run;
+with the 12 init lines deleted from its PTX instead, right in 100 of 100 calls where the unedited form, before
+and after them in the same process, was wrong in 40 of 40. At 496-499 TFLOP/s alone against 511-530 for the
+unedited kernel in the same runs.
+
+Earlier findings, kept for the record:
 On the H200 (torch 2.11, triton 3.6): alone, 0 wrong tiles in every call, both forms; beside the second process,
 the warp-specialized form 57-110 wrong tiles in every one of 40 calls, the plain form 0. flash_attention's own
 '/ws' kernels did the same (tune_flash.py's docstring, twelfth round), cuDNN's did not. Other forms, beside the
