@@ -539,8 +539,7 @@ flash_attention (Triton, `triton_flash`; `triton_flash_plain` without its warp-s
 against FlexAttention and SDPA's flash, cuDNN and memory-efficient backends, bf16, batch x sequence length
 held constant, forward and forward+backward, causal or not, per head dimension: median TFLOP/s with p20 to p80
 bands. FLOPs: 4 B H S^2 D for the forward (half for causal), 3.5x that for forward+backward. Dashed: the bf16
-matmul rate, measured by the same job on the same GPU. Claim 13.
-""")
+matmul rate, measured by the same job on the same GPU. Claim 13.""")
 def figure_flash_performance(t):
     perf = t["flash_attention/performance"]
     return plot_flash_performance(perf, own_ceiling(perf, "matmul_tflops", t["calibration/ceilings"]))
