@@ -6,20 +6,23 @@ initializes them, and lets the shared memory allocator hand their bytes to the t
 ISA requires before an mbarrier's memory is used for anything else. On the H200 such a kernel is right
 with the GPU to itself and wrong in some tiles whenever another process's kernels share the GPU (its
 context and the other's time-sliced); the same kernel with those initializations deleted is right there
-too (``workflow/scripts/ws_time_slicing.py`` has the counts). Triton 3.9 places every barrier of these
-kernels apart from the tiles, so the edit is made only for the Triton versions it was checked against on a
-GPU (``TESTED``); elsewhere the kernels are compiled as Triton compiles them.
+too (``workflow/scripts/ws_time_slicing.py`` has the counts). Triton 3.9 still allocates such barriers
+but places them apart from the tiles and invalidates them; the edit is made with every Triton, since it
+only deletes what nothing uses.
 
 ``without_dead_barriers(ttgir)`` deletes, from a kernel's TritonGPU IR, every barrier allocation whose only
 uses are its own initialization (and invalidation), and ``override(compiled)`` writes such an edited IR
 to a file named by its content, for Triton's ``ir_override`` launch option: Triton then compiles the
-kernel again from that IR on. A kernel with no dead barrier gets no override, and so does one whose IR
-Triton did not keep (``TRITON_STORE_BINARY_ONLY=1``: then it runs as Triton compiled it, barriers and all).
-``WithoutDeadBarriers`` is a DirectLaunch (kernels/_launch.py) that launches its kernel so compiled.
+kernel again from that IR on. A kernel with no dead barrier gets no override. ``applies()`` says whether
+the edit can be made at all: not where Triton keeps no IR (``TRITON_STORE_BINARY_ONLY``), ignores
+``ir_override`` (``TRITON_KERNEL_OVERRIDE``) or has no such option; flash_attention then runs no
+warp-specialized kernel. ``WithoutDeadBarriers`` is a DirectLaunch (kernels/_launch.py) that launches its
+kernel so compiled.
 """
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import os
 import re
@@ -28,8 +31,6 @@ import tempfile
 from . import backend
 from ._launch import DirectLaunch, _device, serialized
 from ._triton import triton
-
-TESTED = ("3.6",)  # Triton major.minor versions whose kernels were checked right with the edit, on the H200
 
 # a barrier array or barrier: shared memory of i64 allocated with no initial value
 _ALLOC = re.compile(r"^\s*(%[\w.$-]+) = ttg\.local_alloc(?:\s*\{[^}]*\})?\s*:\s*\(\)\s*->\s*!ttg\.memdesc<[\dx]*i64\b")
@@ -76,25 +77,59 @@ def without_dead_barriers(ttgir: str) -> str:
     return "".join(line for i, line in enumerate(lines) if i not in dead) if dead else ttgir
 
 
+def applies() -> bool:
+    """Whether kernels can be compiled from an edited IR here (Triton's settings, read at each call)."""
+    compilation = getattr(getattr(triton, "knobs", None), "compilation", None)
+    return compilation is not None and _has_ir_override() and not compilation.store_binary_only \
+        and not compilation.override
+
+
+@functools.lru_cache(maxsize=None)
+def _has_ir_override() -> bool:
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+    except ImportError:
+        return False
+    return "ir_override" in getattr(CUDAOptions, "__dataclass_fields__", {})
+
+
+_written: dict[str, str | None] = {}  # compiled kernel's hash -> override path (or None)
+
+
 def override(compiled) -> str | None:
     """For a compiled kernel: the path of its IR without dead barriers (for ``ir_override``), written once
-    per content; None if it has none, if Triton kept no IR, or for a Triton version not in TESTED."""
+    per content, or None if it has none (or Triton kept no IR)."""
+    key = getattr(compiled, "hash", None)
+    if key is not None and key in _written:
+        return _written[key]
     ttgir = getattr(compiled, "asm", {}).get("ttgir")
-    if not ttgir or ".".join(triton.__version__.split(".")[:2]) not in TESTED:
-        return None
-    edited = without_dead_barriers(ttgir)
-    if edited == ttgir:
-        return None
-    digest = hashlib.sha256(edited.encode()).hexdigest()[:32]
+    edited = without_dead_barriers(ttgir) if ttgir else None
+    path = _write(edited) if edited and edited != ttgir else None
+    if key is not None:
+        _written[key] = path
+    return path
+
+
+def _write(text: str) -> str | None:
+    """text in a file named by its content, in this user's cache (or temporary) folder; None if neither
+    can be written."""
+    name = f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.ttgir"
     for folder in (os.path.join(os.path.expanduser("~"), ".cache", "kernels-lab", "ttgir"),
-                   os.path.join(tempfile.gettempdir(), "kernels-lab-ttgir")):
-        path = os.path.join(folder, f"{digest}.ttgir")
+                   os.path.join(tempfile.gettempdir(), f"kernels-lab-ttgir-{os.getuid()}")):
+        path = os.path.join(folder, name)
         try:
-            if not os.path.exists(path):
-                os.makedirs(folder, exist_ok=True)
-                with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as f:
-                    f.write(edited)
+            if os.path.exists(path):
+                with open(path) as f:
+                    if f.read() == text:
+                        return path
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as f:
+                f.write(text)
+            try:
                 os.replace(f.name, path)  # atomic: another process may write the same file
+            finally:
+                if os.path.exists(f.name):
+                    os.unlink(f.name)
             return path
         except OSError:  # a read-only home: the next folder
             continue

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import torch
 
-from . import _checks, _flash_tiles, backend
+from . import _checks, _dead_barriers, _flash_tiles, backend
 from ._flash_tiles import Tile, bucket
 from ._device import sm_count
 from ._launch import DirectLaunch, Prepared, _aligned
@@ -1020,11 +1020,12 @@ def warp_specialized() -> bool:
     initializes and never uses, in shared memory its TMA copies then fill; on the H200 that made them return
     NaN in some heads of a call whenever another process's kernels shared the GPU (contexts time-sliced),
     until they were compiled without those barriers (kernels/_dead_barriers.py; the counts in
-    workflow/scripts/ws_time_slicing.py). ``KERNELS_FLASH_WS=0`` runs the pointer kernels instead."""
+    workflow/scripts/ws_time_slicing.py). So they also stay off where that edit cannot be made
+    (_dead_barriers.applies()). ``KERNELS_FLASH_WS=0`` runs the pointer kernels instead."""
     value = os.environ.get(WS_ENV, "1")
     if value not in ("0", "1"):
         raise ValueError(f"{WS_ENV} must be 0 or 1, got {value!r}")
-    return value == "1"
+    return value == "1" and _dead_barriers.applies()
 
 
 def backward_kind() -> str:

@@ -522,6 +522,7 @@ def test_the_warp_specialized_kernels_run_unless_turned_off(monkeypatch):
     where the inputs allow them; with 0 the tiles run their sizes in the pointer kernels, with the same
     result; another value is refused, naming the variable."""
     from kernels import _flash_attention as fa
+    from kernels._dead_barriers import WithoutDeadBarriers
 
     q, k, v = qkv(1, 2, 40, 40, 16, torch.float32)
     do = randn(*q.shape, dtype=torch.float32, seed=9)
@@ -543,3 +544,7 @@ def test_the_warp_specialized_kernels_run_unless_turned_off(monkeypatch):
             flash_attention(q, k, v)
     for a, b in zip(got[None], got["0"]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    # the TMA kernels go through the launcher that compiles them without dead barriers (on the GPU)
+    assert isinstance(fa._direct[fa._flash_fwd_tma_kernel], WithoutDeadBarriers)
+    assert isinstance(fa._direct[fa._flash_bwd_tma_kernel], WithoutDeadBarriers)
+    assert not isinstance(fa._direct[fa._flash_fwd_kernel], WithoutDeadBarriers)

@@ -98,7 +98,8 @@ def test_a_new_length_in_a_tuned_bucket_neither_tunes_nor_compiles():
     fa.tune(*qkv(s=3000))
     tuned, compiled = dict(ft.timings), {k: len(c[0]) for k, c in
                                          ((n, getattr(fa, n).device_caches[0]) for n in
-                                          ("_flash_fwd_kernel", "_flash_bwd_dkdv_kernel", "_flash_bwd_dq_kernel"))}
+                                          ("_flash_fwd_kernel", "_flash_bwd_dkdv_kernel", "_flash_bwd_dq_kernel",
+                                           "_flash_fwd_tma_kernel", "_flash_bwd_tma_kernel"))}
     for s in (3001, 2049, 4095):
         q, k, v = qkv(s=s)
         out = flash_attention(q, k, v)
@@ -440,28 +441,31 @@ BUSY = ("import torch\na = torch.randn(8192, 8192, device='cuda', dtype=torch.bf
 
 
 @needs_hopper
-@pytest.mark.parametrize("ws", ["1", "0"], ids=["warp-specialized", "plain"])
-def test_flash_attention_is_right_while_another_process_uses_the_gpu(ws, monkeypatch):
+@pytest.mark.parametrize("ws_env", ["1", "0"], ids=["warp-specialized", "plain"])
+def test_flash_attention_is_right_while_another_process_uses_the_gpu(ws_env, monkeypatch):
     """Beside another process's kernels the warp-specialized kernels gave NaN on the H200 (triton 3.6: 15-19
     of 70400 heads per forward, 130-290 in dK/dV at B=4400, H=16, S=256, D=128), and never alone, until they
     were compiled without the barriers Triton initializes and never uses (kernels/_dead_barriers.py). With
-    them pinned (KERNELS_FLASH_WS=1, the default) and without them, the output must match the reference and
-    every gradient be finite, with the GPU shared."""
-    monkeypatch.setenv(fa.WS_ENV, ws)
+    them pinned (KERNELS_FLASH_WS=1, the default; the two-pass backward, whose dK/dV kernel has a '/ws'
+    tile) and without them, the output and every gradient must match SDPA's, with the GPU shared."""
+    monkeypatch.setenv(fa.WS_ENV, ws_env)
+    monkeypatch.setenv(fa.BACKWARD_ENV, "two_pass")
     busy = subprocess.Popen([sys.executable, "-c", BUSY], stdout=subprocess.PIPE, text=True)
     try:
         assert busy.stdout.readline().strip() == "busy"
-        if ws == "1":
+        if ws_env == "1":
             fa.pin(fwd="128x128/w4/s2/ws", bwd_dkdv="64x128/w4/s2/ws")
         for _ in range(3):
             q, k, v = qkv(b=1100, h=16, s=256, d=128)
-            got = grads(flash_attention, q, k, v, torch.randn_like(q))
-            if ws == "1":
+            do = torch.randn_like(q)
+            got = grads(flash_attention, q, k, v, do)
+            if ws_env == "1":
                 assert fa.tiles_in_use()["fwd"] == "128x128/w4/s2/ws"
-            for name, t in zip(("out", "dq", "dk", "dv"), got):
-                assert t.isfinite().all(), f"{name}: {int((~t.isfinite()).sum())} not finite"
-            want = torch.nn.functional.scaled_dot_product_attention(q.detach(), k.detach(), v.detach())
-            torch.testing.assert_close(got[0].float(), want.float(), atol=2e-2, rtol=0)
+                assert fa.tiles_in_use()["bwd_dkdv"] == "64x128/w4/s2/ws"
+            want = grads(torch.nn.functional.scaled_dot_product_attention, q, k, v, do)
+            for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
+                assert g.isfinite().all(), f"{name}: {int((~g.isfinite()).sum())} not finite"
+                torch.testing.assert_close(g.float(), w.float(), atol=5e-2, rtol=5e-2, msg=name)
     finally:
         fa.pin()
         busy.kill()

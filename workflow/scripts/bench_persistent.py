@@ -60,7 +60,7 @@ def bench(fn) -> float:
 
 
 def main(path: str, names: list[str]) -> None:
-    os.environ.setdefault(fa.WS_ENV, "1")  # the '/ws' kernels as studied here: alone on the GPU (fa.warp_specialized)
+    os.environ.setdefault(fa.WS_ENV, "1")  # the '/ws' kernels studied here (the default; a caller's 0 stays)
     unknown = sorted(set(names) - set(SETTINGS))
     if unknown:
         raise SystemExit(f"unknown settings {unknown}; known: {', '.join(SETTINGS)}")
