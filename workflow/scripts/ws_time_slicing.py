@@ -38,16 +38,16 @@ which the run above finds right beside the busy process, stops at once with "Dea
 threads are waiting on mbarriers" in every program (its threads wait on the TMA copies' mbarrier, which no thread
 arrives on): a false report, so none from the warp-specialized form would mean anything.
 
-The third form is the warp-specialized kernel with every ``setmaxnreg`` taken out of its PTX (Triton's
-``ir_override`` option compiles the edited PTX; the kernel keeps ``.maxnreg 168``, so every warp group holds
-168 registers throughout instead of the loader's 40 and the two matmul groups' 232). Triton 3.6 has no option
-that leaves them out (``maxnreg=128`` still emits them). On the H200 (triton 3.6, 40 calls each; TFLOP/s alone):
-warp-specialized 511, without setmaxnreg 503, plain 547; alone, 0 wrong tiles in every call, all three;
-beside the busy process, warp-specialized 1-102 wrong tiles in 40 of 40 calls, without setmaxnreg 1-101 in 39
-of 40, plain 0 in 40. So the register hand-over is not the cause. Read from the same PTX: each matmul group
-frees a stage on mbarriers of its own (one arrival of 128 after a named barrier over its four warps and
-wait_group 0), and the loader waits on both groups' before it refills the stage they share, so no stage is
-freed early on the face of it either.
+The form without setmaxnreg is the warp-specialized kernel with every ``setmaxnreg`` taken out of its PTX
+(Triton's ``ir_override`` option compiles the edited PTX; the kernel keeps ``.maxnreg 168``, so every warp group
+holds 168 registers throughout instead of the loader's 40 and the two matmul groups' 232). Triton 3.6 has no
+option that leaves them out (``maxnreg=128`` still emits them). On the H200 (triton 3.6, 40 calls each; TFLOP/s
+alone): warp-specialized 511, without setmaxnreg 503, plain 547; alone, 0 wrong tiles in every call, all three;
+beside the busy process, warp-specialized 1-102 wrong tiles in 40 of 40 calls, without setmaxnreg 1-101 in 39 of
+40, plain 0 in 40. So the register hand-over is not the cause. Read from the same PTX: each matmul group frees a
+stage on mbarriers of its own (one arrival of 128 after a named barrier over its four warps and wait_group 0),
+and the loader waits on both groups' before it refills the stage they share, so no stage is freed early on the
+face of it either.
 """
 from __future__ import annotations
 
