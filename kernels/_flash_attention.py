@@ -30,7 +30,6 @@ from . import _checks, _dead_barriers, _flash_tiles, backend
 from ._flash_tiles import Tile, bucket
 from ._device import sm_count
 from ._launch import DirectLaunch, Prepared, _aligned
-from ._dead_barriers import WithoutDeadBarriers
 from ._triton import tl, triton
 
 __all__ = ["flash_attention", "flash_attention_ref", "tiles_in_use"]
@@ -769,7 +768,7 @@ def _prepare(kernel, programs: int, numbers: tuple, consts: dict, tile: Tile | N
     """kernel[(programs,)](*tensors, *numbers, **consts, **tile.kwargs), for the tensors given at each call."""
     if kernel not in _direct:
         tma = kernel in (_flash_fwd_tma_kernel, _flash_bwd_tma_kernel)
-        _direct[kernel] = (WithoutDeadBarriers if tma else DirectLaunch)(kernel)
+        _direct[kernel] = (_dead_barriers.WithoutDeadBarriers if tma else DirectLaunch)(kernel)
     return _direct[kernel].prepare(programs, numbers, {**consts, **tile.kwargs} if tile else consts)
 
 

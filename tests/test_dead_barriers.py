@@ -56,15 +56,11 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from kernels import _flash_attention as fa
 from kernels._dead_barriers import override, without_dead_barriers
-
-def arg_types(kernel, n_ptr):
-    names = [n for n in getattr(fa, kernel).arg_names if not n.isupper()]
-    return {n: ("*fp32" if n in ("lse_ptr", "part_ptr", "delta_ptr", "dq_acc_ptr") else "*bf16") if i < n_ptr
-            else ("fp32" if "scale" in n else "i32") for i, n in enumerate(names)}
+from test_sm90_compile import arg_types  # the kernels' argument types, as the sm_90 compile tests give them
 
 def compiled(kernel, n_ptr, tile, consts, **options):
     fn = getattr(fa, kernel)
-    types = arg_types(kernel, n_ptr)
+    types = arg_types(kernel, n_ptr, "bf16")
     src = ASTSource(fn, {n: types.get(n, "constexpr") for n in fn.arg_names},
                     constexprs=dict(consts, BLOCK_M=tile.block_m, BLOCK_N=tile.block_n))
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
@@ -94,7 +90,7 @@ def test_the_warp_specialized_kernels_compile_for_sm90_without_dead_barriers():
     (3.6 and 3.9 both); the kernel compiled from the edited IR has none, fewer barrier inits in its PTX and
     no more shared memory."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(KERNELS_BACKEND="aot", PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "workflow")]))
+    env.update(KERNELS_BACKEND="aot", PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "workflow"), str(ROOT / "tests")]))
     done = subprocess.run([sys.executable, "-c", SNIPPET], env=env, capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-4000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
