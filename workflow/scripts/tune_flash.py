@@ -224,6 +224,11 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   TFLOP/s, ratio to cuDNN): forward D=128 604 (0.947) at S = 4096 and 574 (0.864) at 16384, D=64 415
   (0.898) at 4096; forward+backward D=128 439 (0.764) and 453 (0.806), D=64 346 (0.780). Kept: the default
   again, KERNELS_FLASH_WS=0 turns them off.
+- fifteenth round (bench_dq_tma.py, its docstring has the figures): a warp-specialized TMA dQ kernel, its
+  log-sum-exp and delta read through 1-D descriptors (pointer loads of them do not compile specialized). At
+  head_dim 128 dQ alone 5-7% faster than the pointer kernel (645-668 TFLOP/s against 601-623), equal at a
+  length that is not a multiple of the key tile, slower at head_dim 64; only where seq_q % 4 == 0 (its
+  descriptors' starts must be 16-byte aligned: an illegal instruction at S = 1001).
 """
 from __future__ import annotations
 
