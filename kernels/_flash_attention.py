@@ -50,14 +50,16 @@ CANDIDATES = {
     # on triton 3.6), inputs it can address
     "bwd_dkdv": [(64, 128, 4, 2, True),
                  (64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
-    "bwd_dq": [(128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 128, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
+    # dq: a fifth item True: the warp-specialized TMA dQ kernel, for Hopper, no causal mask, seq_q % 4 == 0
+    "bwd_dq": [(128, 64, 4, 2, True),
+               (128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 128, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
     # the one-pass backward (KERNELS_FLASH_BACKWARD=one_pass): the dk/dv kernel adding dQ (on Hopper the TMA
     # kernel); FlashAttention-3's sm_90 tile first, then the one that won at head_dim 64
     "bwd_one_pass": [(64, 128, 8, 3), (64, 64, 4, 3), (64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2),
                      (32, 32, 4, 1)],
 }  # from workflow/scripts/tune_flash.py on the H200: the tiles that won or came close at some shape
 # The head-dim blocks at which the '/ws' tiles are offered: where they paid on the H200.
-WS_HEAD_DIMS = {"fwd": (64, 128), "bwd_dkdv": (128,)}
+WS_HEAD_DIMS = {"fwd": (64, 128), "bwd_dkdv": (128,), "bwd_dq": (128,)}
 # A causal forward on a '/ws' tile runs the TMA kernel over the key tiles no row's mask cuts, then the
 # pointer kernel over those it cuts, with these (BLOCK_N, warps, stages) and the '/ws' tile's BLOCK_M.
 DIAGONAL_FWD = (64, 8, 2)
@@ -103,7 +105,7 @@ def fits(kind: str, tile: Tile, block_d: int, element_size: int, tma: bool = Fal
 
 def candidates(kind: str, block_d: int, element_size: int, interpreter: bool, tma: bool = False) -> list[Tile]:
     """The tiles kernel ``kind`` may run with at this head dim and precision, in order of preference;
-    ``tma``: the inputs allow a TMA kernel (for fwd and bwd_dkdv its '/ws' tiles are then among them;
+    ``tma``: the inputs allow a TMA kernel (for fwd, bwd_dkdv and bwd_dq its '/ws' tiles are then among them;
     for bwd_one_pass its tiles are estimated for the TMA kernel)."""
     if interpreter:  # one small tile: the interpreter's cost is per program
         return [Tile(32, 32, 4, 1)]
@@ -680,6 +682,52 @@ def _flash_bwd_dq_kernel(
              dq.to(dq_ptr.dtype.element_ty), mask=q_mask)
 
 
+@_jit
+def _flash_bwd_dq_tma_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    n_heads, seq_q, seq_k, sm_scale, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
+    # The dQ kernel on Hopper (a '/ws' tile, no causal mask): _flash_bwd_dq_kernel's arithmetic with every
+    # tile moved by TMA and the key loop warp-specialized (a producer warp group, two consumer groups
+    # splitting the queries); H200, head_dim 128: 5-7% faster than the pointer kernel (bench_dq_tma.py).
+    # lse and delta come through 1-D descriptors over every head's rows: pointer loads of them do not
+    # compile specialized (Triton 3.6 and 3.9), and a descriptor's start must be 16-byte aligned, so the
+    # caller guarantees seq_q % 4 == 0 and fewer than 2^31 rows. A last tile's rows past seq_q read the next
+    # head's values (or zeros): they reach only dQ rows that the descriptor's store does not write.
+    start_m, bh = _tile_and_head(seq_q, BLOCK_M)
+    b = (bh // n_heads).to(tl.int64)
+    h = (bh % n_heads).to(tl.int64)
+    q_desc = _head_rows(q_ptr, b, h, stride_qb, stride_qh, stride_qm, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
+    do_desc = _head_rows(do_ptr, b, h, stride_dob, stride_doh, stride_dom, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
+    k_desc = _head_rows(k_ptr, b, h, stride_kb, stride_kh, stride_kn, seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)
+    v_desc = _head_rows(v_ptr, b, h, stride_vb, stride_vh, stride_vn, seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)
+    dq_desc = _head_rows(dq_ptr, b, h, stride_qb, stride_qh, stride_qm, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)  # q's strides
+    rows = (tl.num_programs(0) // tl.cdiv(seq_q, BLOCK_M)) * seq_q  # every head's
+    lse_desc = tl.make_tensor_descriptor(lse_ptr, shape=[rows], strides=[1], block_shape=[BLOCK_M])
+    delta_desc = tl.make_tensor_descriptor(delta_ptr, shape=[rows], strides=[1], block_shape=[BLOCK_M])
+    lse = lse_desc.load([bh * seq_q + start_m])
+    delta = delta_desc.load([bh * seq_q + start_m])
+    q = q_desc.load([start_m, 0])
+    do = do_desc.load([start_m, 0])
+    keys = tl.arange(0, BLOCK_N)  # counted from start_n, as _flash_bwd_tma_kernel counts them
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for start_n in tl.range(0, seq_k, BLOCK_N, warp_specialize=True):
+        k = k_desc.load([start_n, 0])  # keys past seq_k arrive as zeros: their scores are not -inf
+        v = v_desc.load([start_n, 0])
+        p = tl.math.exp2(tl.dot(q, k.T) * qk_scale - lse[:, None])
+        if not EVEN_K:
+            p = tl.where(keys[None, :] < seq_k - start_n, p, 0.0)
+        ds = p * (tl.dot(do, v.T) - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq)
+    dq_desc.store([start_m, 0], (dq * sm_scale).to(dq_ptr.dtype.element_ty))
+
+
 _last: dict[str, Tile] = {}  # kernel -> the tile it last ran with, for the performance tables
 
 
@@ -767,7 +815,7 @@ _direct: dict = {}
 def _prepare(kernel, programs: int, numbers: tuple, consts: dict, tile: Tile | None = None) -> Prepared:
     """kernel[(programs,)](*tensors, *numbers, **consts, **tile.kwargs), for the tensors given at each call."""
     if kernel not in _direct:
-        tma = kernel in (_flash_fwd_tma_kernel, _flash_bwd_tma_kernel)
+        tma = kernel in (_flash_fwd_tma_kernel, _flash_bwd_tma_kernel, _flash_bwd_dq_tma_kernel)
         _direct[kernel] = (_dead_barriers.WithoutDeadBarriers if tma else DirectLaunch)(kernel)
     return _direct[kernel].prepare(programs, numbers, {**consts, **tile.kwargs} if tile else consts)
 
@@ -854,6 +902,9 @@ class _Backward:
         # (or with WS_CAUSAL or WS_CAUSAL_BACKWARD), the two-pass backward's warp-specialized dK/dV kernel
         # for '/ws' tiles (a '/ws' tile elsewhere runs its sizes in the pointer kernel)
         self.tma = _tma_ready(q, k, v, do)
+        # the '/ws' dQ kernel: no causal mask, and lse and delta addressed by descriptors (_flash_bwd_dq_tma_kernel)
+        ws_dq = ws and self.tma and not causal and seq_q % 4 == 0 and batch * heads * seq_q < 2**31 \
+            and lse.data_ptr() % 16 == 0
         ws = ws and self.tma and (not causal or WS_CAUSAL or WS_CAUSAL_BACKWARD)
 
         def dkdv(tile: Tile, add_dq: bool) -> Callable[..., None]:
@@ -878,8 +929,11 @@ class _Backward:
                             {**consts, "ADD_DQ": add_dq, "DIAGONAL": False, "LONGEST_FIRST": BWD_LONGEST_FIRST}, tile)
 
         def dq_of(tile: Tile) -> Prepared:
-            return _prepare(_flash_bwd_dq_kernel, _cdiv(seq_q, tile.block_m) * batch * heads, numbers,
-                            {**consts, "LONGEST_FIRST": BWD_LONGEST_FIRST}, tile)
+            programs = _cdiv(seq_q, tile.block_m) * batch * heads
+            if tile.ws and ws_dq:
+                return _prepare(_flash_bwd_dq_tma_kernel, programs, numbers,
+                                dict(HEAD_DIM=head_dim, BLOCK_D=block_d, EVEN_K=seq_k % tile.block_n == 0), tile)
+            return _prepare(_flash_bwd_dq_kernel, programs, numbers, {**consts, "LONGEST_FIRST": BWD_LONGEST_FIRST}, tile)
 
         delta, dq, dk, dv = self._outputs(q, k, v, lse)  # for tuning, which runs on these tensors
         self.delta(o, do, delta)
@@ -900,7 +954,7 @@ class _Backward:
                 "bwd_dkdv": _tile("bwd_dkdv", q, seq_q, seq_k, block_d, causal,
                                   lambda t: dkdv(t, False)(q, k, v, do, lse, delta, dk, dv, dk), ws),
                 "bwd_dq": _tile("bwd_dq", q, seq_q, seq_k, block_d, causal,
-                                lambda t: dq_of(t)(q, k, v, do, lse, delta, dq))}
+                                lambda t: dq_of(t)(q, k, v, do, lse, delta, dq), ws_dq)}
             self.dkdv, self.dq = dkdv(self.tiles["bwd_dkdv"], False), dq_of(self.tiles["bwd_dq"])
         self.final = not _capturing()
 
@@ -960,9 +1014,9 @@ class _Plan:
             do = do.contiguous()
         key = (do.stride(), o.stride(), backward_kind(), warp_specialized())
         b = self.backwards.get(key)
-        if b is None or (b.tma and not _aligned((q, k, v, do))):  # as in forward(): TMA needs aligned bases
+        if b is None or (b.tma and not _aligned((q, k, v, do, lse))):  # as in forward(): TMA needs aligned bases
             b = _Backward(do, q, k, v, o, lse, self.causal, self.sm_scale, *key[2:])
-            if b.final and _aligned((q, k, v, do)):
+            if b.final and _aligned((q, k, v, do, lse)):
                 self.backwards[key] = b
         _last.update(b.tiles)
         return b(do, q, k, v, o, lse)
@@ -1014,7 +1068,7 @@ WS_ENV = "KERNELS_FLASH_WS"
 
 
 def warp_specialized() -> bool:
-    """May the warp-specialized Hopper kernels (the '/ws' tiles of fwd and bwd_dkdv) run? Yes unless
+    """May the warp-specialized Hopper kernels (the '/ws' tiles of fwd, bwd_dkdv and bwd_dq) run? Yes unless
     ``KERNELS_FLASH_WS=0`` (read at each call; default 1). Triton 3.6 compiles them with barriers it
     initializes and never uses, in shared memory its TMA copies then fill; on the H200 that made them return
     NaN in some heads of a call whenever another process's kernels shared the GPU (contexts time-sliced),
@@ -1164,12 +1218,12 @@ def tune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
 
 def pin(**tiles: str | None) -> None:
     """Run the named kernels (fwd, bwd_dkdv, bwd_dq, bwd_one_pass) with these tiles ('128x64/w8/s3': BLOCK_M x BLOCK_N
-    / warps / stages, '/ws' for a warp-specialized TMA kernel: fwd, bwd_dkdv, run as such where the inputs
+    / warps / stages, '/ws' for a warp-specialized TMA kernel: fwd, bwd_dkdv, bwd_dq, run as such where the inputs
     allow it and KERNELS_FLASH_WS is not 0, elsewhere its sizes in the pointer kernel) in every bucket, never
     tuning them; None unpins one, ``pin()`` unpins all."""
     for kind, text in tiles.items():
-        if kind not in ("fwd", "bwd_dkdv") and isinstance(text, str) and text.endswith("/ws"):
-            raise ValueError(f"{kind}: only fwd and bwd_dkdv have warp-specialized kernels, got {text!r}")
+        if kind not in WS_HEAD_DIMS and isinstance(text, str) and text.endswith("/ws"):
+            raise ValueError(f"{kind}: only {', '.join(WS_HEAD_DIMS)} have warp-specialized kernels, got {text!r}")
     _flash_tiles.pin(tuple(CANDIDATES), **tiles)
 
 

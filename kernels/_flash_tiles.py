@@ -41,7 +41,7 @@ class Tile:
     block_n: int
     warps: int
     stages: int
-    ws: bool = False  # a Hopper kernel (forward, dK/dV): tensor descriptors (TMA) and a warp-specialized loop
+    ws: bool = False  # a Hopper kernel (forward, dK/dV, dQ): tensor descriptors (TMA) and a warp-specialized loop
     kwargs: dict = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):  # the launch's keyword arguments, built once: this is on every call's path
@@ -54,7 +54,7 @@ class Tile:
     @classmethod
     def parse(cls, text: str, name: str = "tile") -> Tile:
         """'128x64/w8/s3' -> Tile(128, 64, 8, 3): BLOCK_M x BLOCK_N / warps / pipeline stages; a '/ws'
-        suffix names a warp-specialized Hopper kernel (the forward's, the dK/dV one's)."""
+        suffix names a warp-specialized Hopper kernel (the forward's, the dK/dV one's, the dQ one's)."""
         match = _FORMAT.fullmatch(text) if isinstance(text, str) else None
         if not match:
             raise ValueError(f"{name} must look like '128x64/w8/s3' (BLOCK_M x BLOCK_N / warps / stages, "

@@ -324,6 +324,22 @@ def test_the_causal_forward_split_between_the_tma_and_pointer_kernels_meets_the_
 
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")
+@pytest.mark.parametrize("sq, sk, strided, causal", [(100, 70, False, False), (64, 64, True, False), (4, 1, False, False),
+                                                     (99, 70, False, False), (100, 70, False, True)])
+def test_the_tma_dq_kernel_meets_the_rule_where_it_runs_and_is_not_used_elsewhere(sq, sk, strided, causal, monkeypatch):
+    """The '/ws' dQ kernel reads lse and delta through 1-D descriptors over every head's rows, whose starts
+    must be 16-byte aligned: it runs where seq_q % 4 == 0 without a causal mask (the last query tile's rows
+    past seq_q read the next head's values, and are not written), at lengths that leave keys past a tile
+    and one key; elsewhere (seq_q % 4 != 0, causal) the tile's sizes run in the pointer kernel."""
+    from kernels import _flash_attention as fa
+
+    with tma_in_the_interpreter(monkeypatch, bwd_dq="32x32/w4/s1/ws") as used:
+        check(*qkv(2, 3, sq, sk, 16, torch.float16, strided), causal, torch.float16)
+    dq = {kernel for kernel, _ in used if kernel in (fa._flash_bwd_dq_tma_kernel, fa._flash_bwd_dq_kernel)}
+    assert dq == {fa._flash_bwd_dq_tma_kernel if sq % 4 == 0 and not causal else fa._flash_bwd_dq_kernel}
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_the_tma_forwards_finite_start_gives_what_the_pointer_kernel_gives(causal, monkeypatch):
     """The TMA forward's running max starts at -FLT_MAX, with no guard against -inf in its loop. Rows that
@@ -518,7 +534,7 @@ def test_a_query_of_minus_inf_gets_zero_output_and_gradient_and_leaves_the_other
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
 def test_the_warp_specialized_kernels_run_unless_turned_off(monkeypatch):
-    """KERNELS_FLASH_WS: by default (1) the forward's and the dK/dV kernel's TMA forms run for '/ws' tiles
+    """KERNELS_FLASH_WS: by default (1) the forward's, the dK/dV and the dQ kernel's TMA forms run for '/ws' tiles
     where the inputs allow them; with 0 the tiles run their sizes in the pointer kernels, with the same
     result; another value is refused, naming the variable."""
     from kernels import _flash_attention as fa
@@ -527,7 +543,8 @@ def test_the_warp_specialized_kernels_run_unless_turned_off(monkeypatch):
     q, k, v = qkv(1, 2, 40, 40, 16, torch.float32)
     do = randn(*q.shape, dtype=torch.float32, seed=9)
     got = {}
-    with tma_in_the_interpreter(monkeypatch, fwd="32x32/w4/s1/ws", bwd_dkdv="32x32/w4/s1/ws") as used:
+    with tma_in_the_interpreter(monkeypatch, fwd="32x32/w4/s1/ws", bwd_dkdv="32x32/w4/s1/ws",
+                                bwd_dq="32x32/w4/s1/ws") as used:
         for ws in (None, "0", "1"):
             if ws is None:
                 monkeypatch.delenv(fa.WS_ENV)
@@ -539,6 +556,7 @@ def test_the_warp_specialized_kernels_run_unless_turned_off(monkeypatch):
             launched = {kernel for kernel, _ in used}
             assert (fa._flash_fwd_tma_kernel in launched) == (ws != "0"), ws
             assert (fa._flash_bwd_tma_kernel in launched) == (ws != "0"), ws
+            assert (fa._flash_bwd_dq_tma_kernel in launched) == (ws != "0"), ws
         monkeypatch.setenv(fa.WS_ENV, "yes")
         with pytest.raises(ValueError, match=fa.WS_ENV):
             flash_attention(q, k, v)
@@ -547,4 +565,5 @@ def test_the_warp_specialized_kernels_run_unless_turned_off(monkeypatch):
     # the TMA kernels go through the launcher that compiles them without dead barriers (on the GPU)
     assert isinstance(fa._direct[fa._flash_fwd_tma_kernel], WithoutDeadBarriers)
     assert isinstance(fa._direct[fa._flash_bwd_tma_kernel], WithoutDeadBarriers)
+    assert isinstance(fa._direct[fa._flash_bwd_dq_tma_kernel], WithoutDeadBarriers)
     assert not isinstance(fa._direct[fa._flash_fwd_kernel], WithoutDeadBarriers)

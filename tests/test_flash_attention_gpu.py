@@ -99,7 +99,7 @@ def test_a_new_length_in_a_tuned_bucket_neither_tunes_nor_compiles():
     tuned, compiled = dict(ft.timings), {k: len(c[0]) for k, c in
                                          ((n, getattr(fa, n).device_caches[0]) for n in
                                           ("_flash_fwd_kernel", "_flash_bwd_dkdv_kernel", "_flash_bwd_dq_kernel",
-                                           "_flash_fwd_tma_kernel", "_flash_bwd_tma_kernel"))}
+                                           "_flash_fwd_tma_kernel", "_flash_bwd_tma_kernel", "_flash_bwd_dq_tma_kernel"))}
     for s in (3001, 2049, 4095):
         q, k, v = qkv(s=s)
         out = flash_attention(q, k, v)
@@ -307,6 +307,34 @@ def test_every_warp_specialized_dkdv_tile_is_right(tile, d, dtype, monkeypatch):
 
 
 @needs_hopper
+@pytest.mark.parametrize("tile", [str(fa.Tile(*t)) for t in fa.CANDIDATES["bwd_dq"] if t[4:]])
+@pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (128, torch.float16), (80, torch.bfloat16)])
+@pytest.mark.usefixtures("ws")
+def test_every_warp_specialized_dq_tile_is_right(tile, d, dtype, monkeypatch):
+    """The two-pass backward's warp-specialized TMA dQ kernel runs, and is right, without a causal mask
+    where seq_q % 4 == 0 (its lse and delta descriptors need 16-byte aligned starts: at seq_q = 1001 it
+    stopped with an illegal instruction on the H200); elsewhere, and under a causal mask, the pinned tile's
+    sizes run in the pointer kernel."""
+    prepared = []
+    real = fa._prepare
+    monkeypatch.setattr(fa, "_prepare", lambda kernel, *a, **kw: prepared.append(kernel) or real(kernel, *a, **kw))
+    fa.pin(bwd_dq=tile)
+    try:
+        for causal in (False, True):
+            for sq, sk, strided in LENGTHS + ((1001, 1000, False), (4, 77, True)):
+                q, k, v = odd_qkv(sq, sk, d, dtype, strided)
+                do = torch.randn_like(q)
+                prepared.clear()
+                got = grads(lambda *t: flash_attention(*t, causal=causal), q, k, v, do)
+                assert fa._tma_ready(q, k, v, do)
+                runs = fa._flash_bwd_dq_tma_kernel in prepared
+                assert runs == (sq % 4 == 0 and not causal), (causal, sq, sk)
+                assert_reference_gradients(q, k, v, do, causal, got, f"{tile} {sq} {sk} {d} causal={causal}")
+    finally:
+        fa.pin()
+
+
+@needs_hopper
 @pytest.mark.parametrize("d", [128, 64])
 @pytest.mark.usefixtures("ws")
 def test_the_persistent_tma_forward_is_right(d):
@@ -446,15 +474,15 @@ def test_flash_attention_is_right_while_another_process_uses_the_gpu(ws_env, mon
     """Beside another process's kernels the warp-specialized kernels gave NaN on the H200 (triton 3.6: 15-19
     of 70400 heads per forward, 130-290 in dK/dV at B=4400, H=16, S=256, D=128), and never alone, until they
     were compiled without the barriers Triton initializes and never uses (kernels/_dead_barriers.py). With
-    them pinned (KERNELS_FLASH_WS=1, the default; the two-pass backward, whose dK/dV kernel has a '/ws'
-    tile) and without them, the output and every gradient must match SDPA's, with the GPU shared."""
+    them pinned (KERNELS_FLASH_WS=1, the default; the two-pass backward, whose dK/dV and dQ kernels have
+    '/ws' tiles) and without them, the output and every gradient must match SDPA's, with the GPU shared."""
     monkeypatch.setenv(fa.WS_ENV, ws_env)
     monkeypatch.setenv(fa.BACKWARD_ENV, "two_pass")
     busy = subprocess.Popen([sys.executable, "-c", BUSY], stdout=subprocess.PIPE, text=True)
     try:
         assert busy.stdout.readline().strip() == "busy"
         if ws_env == "1":
-            fa.pin(fwd="128x128/w4/s2/ws", bwd_dkdv="64x128/w4/s2/ws")
+            fa.pin(fwd="128x128/w4/s2/ws", bwd_dkdv="64x128/w4/s2/ws", bwd_dq="128x64/w4/s2/ws")
         for _ in range(3):
             q, k, v = qkv(b=1100, h=16, s=256, d=128)
             do = torch.randn_like(q)
@@ -462,6 +490,7 @@ def test_flash_attention_is_right_while_another_process_uses_the_gpu(ws_env, mon
             if ws_env == "1":
                 assert fa.tiles_in_use()["fwd"] == "128x128/w4/s2/ws"
                 assert fa.tiles_in_use()["bwd_dkdv"] == "64x128/w4/s2/ws"
+                assert fa.tiles_in_use()["bwd_dq"] == "128x64/w4/s2/ws"
             want = grads(torch.nn.functional.scaled_dot_product_attention, q, k, v, do)
             for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
                 assert g.isfinite().all(), f"{name}: {int((~g.isfinite()).sum())} not finite"

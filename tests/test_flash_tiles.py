@@ -167,11 +167,11 @@ def test_warp_specialized_tiles_are_offered_only_where_they_were_measured_right_
     def ws(block_d, tma, kind="fwd"):
         return [t for t in fa.candidates(kind, block_d, 2, interpreter=False, tma=tma) if t.ws]
 
-    for kind in ("fwd", "bwd_dkdv"):  # first: the untuned choice
+    for kind in ("fwd", "bwd_dkdv", "bwd_dq"):  # first: the untuned choice
         assert ws(128, True, kind)[0] == fa.candidates(kind, 128, 2, False, tma=True)[0]
         assert not ws(128, False, kind) and not ws(32, True, kind) and not ws(256, True, kind)
-    assert ws(64, True, "fwd") and not ws(64, True, "bwd_dkdv")  # the dK/dV kernel lost at head_dim 64
-    assert not ws(128, True, "bwd_dq") and not ws(128, True, "bwd_one_pass")
+    assert ws(64, True, "fwd") and not ws(64, True, "bwd_dkdv") and not ws(64, True, "bwd_dq")  # they lost at 64
+    assert not ws(128, True, "bwd_one_pass")
     assert not fa.candidates("fwd", 128, 2, interpreter=True, tma=True)[0].ws
 
 
@@ -180,10 +180,9 @@ def test_a_ws_tile_parses_prints_and_pins_only_for_the_kernels_that_have_one():
 
     tile = Tile.parse("128x128/w4/s2/ws")
     assert tile.ws and str(tile) == "128x128/w4/s2/ws" and tile != Tile.parse("128x128/w4/s2")
-    for kind in ("bwd_dq", "bwd_one_pass"):
-        with pytest.raises(ValueError, match=kind):
-            fa.pin(**{kind: "128x64/w8/s3/ws"})
-    fa.pin(fwd="128x128/w4/s2/ws", bwd_dkdv="64x128/w4/s2/ws")
+    with pytest.raises(ValueError, match="bwd_one_pass"):
+        fa.pin(bwd_one_pass="128x64/w8/s3/ws")
+    fa.pin(fwd="128x128/w4/s2/ws", bwd_dkdv="64x128/w4/s2/ws", bwd_dq="128x64/w4/s2/ws")
     fa.pin()
 
 

@@ -116,6 +116,16 @@ def test_the_warp_specialized_dkdv_tiles_compile_within_hopper_shared_memory(cau
                          dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=True, ADD_DQ=False, DIAGONAL=True, LONGEST_FIRST=False))
 
 
+def test_the_warp_specialized_dq_tiles_compile_within_hopper_shared_memory():
+    """Every '/ws' dQ candidate at head_dim 128 (it runs without a causal mask only), with and without the
+    keys' mask (EVEN_K)."""
+    tiles = [t for t in fa.candidates("bwd_dq", 128, 2, interpreter=False, tma=True) if t.ws]
+    types = arg_types("_flash_bwd_dq_tma_kernel", 7, "bf16")
+    assert_all_fit({f"{t} EVEN_K={even_k}": fit_request("_flash_bwd_dq_tma_kernel", types, t,
+                                                        dict(HEAD_DIM=128, BLOCK_D=128, EVEN_K=even_k))
+                    for t in tiles for even_k in (False, True)})
+
+
 def test_the_wide_softmax_forwards_compile_with_and_without_masks():
     """Each forward entry of softmax's WIDE table, at its widest row (2^20 columns where it has no limit),
     compiles for sm_90 with the column masks (EVEN off) and without them (EVEN: chunks that cover the rows)."""
