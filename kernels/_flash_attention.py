@@ -902,9 +902,11 @@ class _Backward:
         # (or with WS_CAUSAL or WS_CAUSAL_BACKWARD), the two-pass backward's warp-specialized dK/dV kernel
         # for '/ws' tiles (a '/ws' tile elsewhere runs its sizes in the pointer kernel)
         self.tma = _tma_ready(q, k, v, do)
-        # the '/ws' dQ kernel: no causal mask, and lse and delta addressed by descriptors (_flash_bwd_dq_tma_kernel)
-        ws_dq = ws and self.tma and not causal and seq_q % 4 == 0 and batch * heads * seq_q < 2**31 \
-            and lse.data_ptr() % 16 == 0
+        # the '/ws' dQ tiles: offered without a causal mask (the tuning key, so the same for every length of a
+        # bucket); their kernel runs where lse and delta can be addressed by descriptors (_flash_bwd_dq_tma_kernel),
+        # elsewhere the first pointer tile (a '/ws' tile's own sizes were never tuned for the pointer kernel)
+        ws_dq = ws and self.tma and not causal
+        dq_tma = ws_dq and seq_q % 4 == 0 and batch * heads * seq_q < 2**31 and lse.data_ptr() % 16 == 0
         ws = ws and self.tma and (not causal or WS_CAUSAL or WS_CAUSAL_BACKWARD)
 
         def dkdv(tile: Tile, add_dq: bool) -> Callable[..., None]:
@@ -929,10 +931,12 @@ class _Backward:
                             {**consts, "ADD_DQ": add_dq, "DIAGONAL": False, "LONGEST_FIRST": BWD_LONGEST_FIRST}, tile)
 
         def dq_of(tile: Tile) -> Prepared:
-            programs = _cdiv(seq_q, tile.block_m) * batch * heads
-            if tile.ws and ws_dq:
-                return _prepare(_flash_bwd_dq_tma_kernel, programs, numbers,
+            if tile.ws and dq_tma:
+                return _prepare(_flash_bwd_dq_tma_kernel, _cdiv(seq_q, tile.block_m) * batch * heads, numbers,
                                 dict(HEAD_DIM=head_dim, BLOCK_D=block_d, EVEN_K=seq_k % tile.block_n == 0), tile)
+            if tile.ws:
+                tile = _candidates("bwd_dq", block_d, q.dtype, False)[0]
+            programs = _cdiv(seq_q, tile.block_m) * batch * heads
             return _prepare(_flash_bwd_dq_kernel, programs, numbers, {**consts, "LONGEST_FIRST": BWD_LONGEST_FIRST}, tile)
 
         delta, dq, dk, dv = self._outputs(q, k, v, lse)  # for tuning, which runs on these tensors
@@ -1219,7 +1223,8 @@ def tune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
 def pin(**tiles: str | None) -> None:
     """Run the named kernels (fwd, bwd_dkdv, bwd_dq, bwd_one_pass) with these tiles ('128x64/w8/s3': BLOCK_M x BLOCK_N
     / warps / stages, '/ws' for a warp-specialized TMA kernel: fwd, bwd_dkdv, bwd_dq, run as such where the inputs
-    allow it and KERNELS_FLASH_WS is not 0, elsewhere its sizes in the pointer kernel) in every bucket, never
+    allow it and KERNELS_FLASH_WS is not 0, elsewhere its sizes in the pointer kernel, for bwd_dq the first
+    pointer candidate) in every bucket, never
     tuning them; None unpins one, ``pin()`` unpins all."""
     for kind, text in tiles.items():
         if kind not in WS_HEAD_DIMS and isinstance(text, str) and text.endswith("/ws"):

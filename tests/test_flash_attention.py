@@ -324,19 +324,38 @@ def test_the_causal_forward_split_between_the_tma_and_pointer_kernels_meets_the_
 
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")
-@pytest.mark.parametrize("sq, sk, strided, causal", [(100, 70, False, False), (64, 64, True, False), (4, 1, False, False),
-                                                     (99, 70, False, False), (100, 70, False, True)])
-def test_the_tma_dq_kernel_meets_the_rule_where_it_runs_and_is_not_used_elsewhere(sq, sk, strided, causal, monkeypatch):
+@pytest.mark.parametrize("sq, sk, d, strided, causal", [(100, 70, 16, False, False), (64, 64, 16, True, False),
+                                                        (4, 1, 16, False, False), (36, 50, 24, False, False),
+                                                        (99, 70, 16, False, False), (100, 70, 16, False, True)])
+def test_the_tma_dq_kernel_meets_the_rule_where_it_runs_and_is_not_used_elsewhere(sq, sk, d, strided, causal,
+                                                                                  monkeypatch):
     """The '/ws' dQ kernel reads lse and delta through 1-D descriptors over every head's rows, whose starts
     must be 16-byte aligned: it runs where seq_q % 4 == 0 without a causal mask (the last query tile's rows
-    past seq_q read the next head's values, and are not written), at lengths that leave keys past a tile
-    and one key; elsewhere (seq_q % 4 != 0, causal) the tile's sizes run in the pointer kernel."""
+    past seq_q read the next head's values, and are not written), at lengths that leave keys past a tile,
+    one key, and a head dim below its block; elsewhere (seq_q % 4 != 0, causal) the pointer kernel runs."""
     from kernels import _flash_attention as fa
 
     with tma_in_the_interpreter(monkeypatch, bwd_dq="32x32/w4/s1/ws") as used:
-        check(*qkv(2, 3, sq, sk, 16, torch.float16, strided), causal, torch.float16)
+        check(*qkv(2, 3, sq, sk, d, torch.float16, strided), causal, torch.float16)
     dq = {kernel for kernel, _ in used if kernel in (fa._flash_bwd_dq_tma_kernel, fa._flash_bwd_dq_kernel)}
     assert dq == {fa._flash_bwd_dq_tma_kernel if sq % 4 == 0 and not causal else fa._flash_bwd_dq_kernel}
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
+def test_lengths_of_one_bucket_share_the_dq_tuning_whether_or_not_its_tma_kernel_can_run(monkeypatch):
+    """Whether the '/ws' dQ kernel can run depends on seq_q % 4; which tiles are offered (the tuning key)
+    must not, or a length of a tuned bucket would tune again (and inside a CUDA graph capture run untuned)."""
+    from kernels import _flash_tiles
+
+    keys = []
+    real = _flash_tiles.choose
+    monkeypatch.setattr(_flash_tiles, "choose", lambda key, *a, **kw: keys.append(key) or real(key, *a, **kw))
+    with tma_in_the_interpreter(monkeypatch):
+        for s in (40, 41):
+            q, k, v = qkv(1, 2, s, s, 16, torch.float16)
+            flash_attention(q, k, v).backward(torch.ones_like(q))
+    dq = [key for key in keys if key[0] == "bwd_dq"]
+    assert len(dq) == 2 and dq[0] == dq[1] and "tma" in dq[0]
 
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")

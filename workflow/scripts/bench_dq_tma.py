@@ -24,7 +24,7 @@ forward's log-sum-exp and delta as the backward gets them; TFLOP/s of the three 
   consumer groups splitting the rows those loads index. Through descriptors it compiles on both: shared
   memory 165464 B (128x64/s2), 198456 (128x64/s3), 231000 (128x128/s2) on 3.6.
 So at head_dim 128 a '/ws' dQ kernel would take 5-7% off dQ, ~40% of the backward: forward+backward
-~1.5-2% faster. Not yet in kernels/_flash_attention.py.
+~1.5-2% faster. In kernels/_flash_attention.py as _flash_bwd_dq_tma_kernel ('/ws' bwd_dq tiles).
 """
 from __future__ import annotations
 
