@@ -1,16 +1,17 @@
-"""A TMA dQ kernel for the two-pass backward, warp-specialized or not, beside the committed pointer one
+"""The two-pass backward's warp-specialized TMA dQ kernel ('/ws' bwd_dq tiles) beside its pointer one
 (GPU only; not part of the pipeline; prints one line per measurement).
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_dq_tma.py [--compile-only]
 
 The two-pass backward's time at head_dim 128 (H200, tune_flash.py's eleventh round): dK/dV 2.075 ms on its
 '/ws' kernel, dQ 1.400 ms on the pointer kernel (589 TFLOP/s of its three matmuls), so dQ is 40% of it.
-This kernel moves K and V by TMA and, with WS, runs its key loop warp-specialized (a producer warp group,
-two consumer groups splitting the queries), as _flash_fwd_tma_kernel does. It is checked against the
+_flash_bwd_dq_tma_kernel moves its tiles by TMA and runs its key loop warp-specialized (a producer warp
+group, two consumer groups splitting the queries), as _flash_fwd_tma_kernel does. It is checked against the
 pointer kernel's dQ (same inputs, bf16) before it is timed. --compile-only: compile every variant for
 sm_90 on this machine (any Triton: 3.6 on the GPU, the newest in CI) and print its shared memory.
 
-Measured (H200, triton 3.6, torch 2.11, bf16, 16 heads, batch x seq = 16384, do_bench medians, dQ alone, the
+Measured with the kernel then in this script (the same arithmetic, its rows count passed in), H200, triton
+3.6, torch 2.11, bf16, 16 heads, batch x seq = 16384, do_bench medians, dQ alone, the
 forward's log-sum-exp and delta as the backward gets them; TFLOP/s of the three matmuls):
 - head_dim 128, S = 4096: pointer 128x64/w8/s3 (the committed dQ tile) 601-613; '/ws' 128x64/w4/s2 644,
   128x64/w4/s3 618, 128x128/w4/s2 645. S = 16384: pointer 621-623; '/ws' 660, 642, 668. S = 1000 (the keys'
@@ -37,67 +38,26 @@ import kernels._flash_attention as fa  # first: it chooses the backend before tr
 from kernels import _dead_barriers
 from kernels._flash_tiles import Tile
 from kernels._launch import DirectLaunch
-from kernels._triton import tl, triton
-
-
-@fa._jit
-def _dq_tma_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_dob, stride_doh, stride_dom, stride_dod,
-    n_heads, seq_q, seq_k, sm_scale, qk_scale, total_rows,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    EVEN_K: tl.constexpr, WS: tl.constexpr,
-):
-    start_m, bh = fa._tile_and_head(seq_q, BLOCK_M)
-    b = (bh // n_heads).to(tl.int64)
-    h = (bh % n_heads).to(tl.int64)
-    q_desc = fa._head_rows(q_ptr, b, h, stride_qb, stride_qh, stride_qm, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
-    do_desc = fa._head_rows(do_ptr, b, h, stride_dob, stride_doh, stride_dom, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
-    k_desc = fa._head_rows(k_ptr, b, h, stride_kb, stride_kh, stride_kn, seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)
-    v_desc = fa._head_rows(v_ptr, b, h, stride_vb, stride_vh, stride_vn, seq_k, HEAD_DIM, BLOCK_N, BLOCK_D)
-    dq_desc = fa._head_rows(dq_ptr, b, h, stride_qb, stride_qh, stride_qm, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
-    base = bh * seq_q + start_m  # int32: total_rows < 2**31 (the caller checks)
-    # lse and delta through 1-D descriptors over every head's rows (pointer loads of them are what
-    # Triton's warp specialization cannot split between the consumer groups): rows past seq_q read the
-    # next head's, which reach only dQ rows that are never stored
-    lse_desc = tl.make_tensor_descriptor(lse_ptr, shape=[total_rows], strides=[1], block_shape=[BLOCK_M])
-    delta_desc = tl.make_tensor_descriptor(delta_ptr, shape=[total_rows], strides=[1], block_shape=[BLOCK_M])
-    lse = lse_desc.load([base])
-    delta = delta_desc.load([base])
-    q = q_desc.load([start_m, 0])
-    do = do_desc.load([start_m, 0])
-    keys = tl.arange(0, BLOCK_N)
-    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for start_n in tl.range(0, seq_k, BLOCK_N, warp_specialize=WS):
-        k = k_desc.load([start_n, 0])
-        v = v_desc.load([start_n, 0])
-        p = tl.math.exp2(tl.dot(q, k.T) * qk_scale - lse[:, None])
-        if not EVEN_K:  # keys past seq_k arrive as zeros: their scores are not -inf
-            p = tl.where(keys[None, :] < seq_k - start_n, p, 0.0)
-        ds = p * (tl.dot(do, v.T) - delta[:, None])
-        dq = tl.dot(ds.to(k.dtype), k, dq)
-    dq_desc.store([start_m, 0], (dq * sm_scale).to(dq_ptr.dtype.element_ty))
+from kernels._triton import triton
 
 
 POINTER_TILES = ["128x64/w8/s3", "64x64/w4/s2"]  # the committed dQ tiles at head_dim 128 and 64
-TILES = ["128x64/w8/s3", "128x128/w8/s2", "128x64/w4/s2/ws", "128x64/w4/s3/ws", "128x128/w4/s2/ws"]
-INTEGERS = ("n_heads", "seq_q", "seq_k", "total_rows")
+TILES = ["128x64/w4/s2/ws", "128x64/w4/s3/ws", "128x128/w4/s2/ws"]  # the kernel is always warp-specialized
+INTEGERS = ("n_heads", "seq_q", "seq_k")
+KERNEL = "_flash_bwd_dq_tma_kernel"
 
 
 def compile_only() -> None:
     from lab.sm90 import compile_in_process
     types = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr", "do_ptr", "dq_ptr")}
     types |= {"lse_ptr": "*fp32", "delta_ptr": "*fp32", "sm_scale": "fp32", "qk_scale": "fp32"}
-    types |= {n: "i32" for n in _dq_tma_kernel.arg_names if n.startswith("stride") or n in INTEGERS}
+    types |= {n: "i32" for n in getattr(fa, KERNEL).arg_names if n.startswith("stride") or n in INTEGERS}
     for text in TILES:
         t = Tile.parse(text)
         try:
-            c = compile_in_process(__name__, "_dq_tma_kernel", types,
-                                   dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=t.block_m, BLOCK_N=t.block_n, EVEN_K=True,
-                                        WS=t.ws), t.warps, t.stages)
+            c = compile_in_process(fa.__name__, KERNEL, types,
+                                   dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=t.block_m, BLOCK_N=t.block_n, EVEN_K=True),
+                                   t.warps, t.stages)
             print(text, "shared", c.metadata.shared, "warps", c.metadata.num_warps, flush=True)
         except Exception as e:  # noqa: BLE001
             print(text, "FAILED", str(e).splitlines()[-1][:300], flush=True)
@@ -123,9 +83,8 @@ def main() -> None:
             if kind == "pointer":
                 prep = pointer.prepare(grid, numbers, {**consts, "LONGEST_FIRST": True, **t.kwargs})
             else:
-                launcher = (_dead_barriers.WithoutDeadBarriers if t.ws else DirectLaunch)(_dq_tma_kernel)
-                prep = launcher.prepare(grid, (*numbers, batch * heads * seq),
-                                        dict(HEAD_DIM=d, BLOCK_D=d, EVEN_K=seq % t.block_n == 0, WS=t.ws, **t.kwargs))
+                launcher = _dead_barriers.WithoutDeadBarriers(getattr(fa, KERNEL))
+                prep = launcher.prepare(grid, numbers, dict(HEAD_DIM=d, BLOCK_D=d, EVEN_K=seq % t.block_n == 0, **t.kwargs))
             name = f"{kind} {text}"
             out = torch.full_like(q, float("nan"))
             try:
