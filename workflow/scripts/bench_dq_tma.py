@@ -12,7 +12,7 @@ sm_90 on this machine (any Triton: 3.6 on the GPU, the newest in CI) and print i
 
 Measured with the kernel then in this script (the same arithmetic, its rows count passed in), H200, triton
 3.6, torch 2.11, bf16, 16 heads, batch x seq = 16384, do_bench medians, dQ alone, the
-forward's log-sum-exp and delta as the backward gets them; TFLOP/s of the three matmuls):
+forward's log-sum-exp and delta as the backward gets them, TFLOP/s of the three matmuls:
 - head_dim 128, S = 4096: pointer 128x64/w8/s3 (the committed dQ tile) 601-613; '/ws' 128x64/w4/s2 644,
   128x64/w4/s3 618, 128x128/w4/s2 645. S = 16384: pointer 621-623; '/ws' 660, 642, 668. S = 1000 (the keys'
   mask in the loop): pointer 480-483, '/ws' 473, 464, 480. dQ equal to the pointer kernel's to the bit.
