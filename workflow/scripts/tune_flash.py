@@ -228,7 +228,21 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   log-sum-exp and delta read through 1-D descriptors (pointer loads of them do not compile specialized). At
   head_dim 128 dQ alone 5-7% faster than the pointer kernel (645-668 TFLOP/s against 601-623), equal at a
   length that is not a multiple of the key tile, slower at head_dim 64; only where seq_q % 4 == 0 (its
-  descriptors' starts must be 16-byte aligned: an illegal instruction at S = 1001).
+  descriptors' starts must be 16-byte aligned: an illegal instruction at S = 1001). Kept (at 128x64/w4/s2/ws,
+  first among the bwd_dq tiles at head_dim 128 without a mask): the committed run at f34206f, forward+backward
+  D=128 0.813 / 0.809 / 0.828 of cuDNN at S = 4096 / 8192 / 16384, against 0.781 / 0.816 / 0.802 at c6bbb05.
+- sixteenth round, where the causal time goes (profile_flash.py --causal, H200, bf16, D=128, B*S = 16384,
+  H = 16, microseconds per call of each kernel). S = 8192, the tuner's split: forward 1062 ('/ws' part 919,
+  the diagonal's pointer kernel 143, 13% of the time for 3% of the work) against cuDNN's 899; backward
+  dK/dV 2334 ('/ws' part 2092, diagonal 242: the fp32 sums it hands over are 4x K's bytes, written and read
+  again), dQ 1330, delta 36, against cuDNN's 2559 (one dK/dV/dQ kernel 2439, dot(dO, O) 65, dQ conversion
+  55). S = 4096: the tuner ran no split (forward 658 on 128x64/w8/s3, dK/dV 1314 and dQ 793 on 64x64/w4/s2)
+  against cuDNN's forward 473 and backward 1410. So the split's hand-over is the causal forward's gap at
+  8192 (its pointer diagonal reads Q, the '/ws' part's output and K/V's diagonal tiles again: ~0.39 GB, a
+  floor near 95 us at copy speed). Not possible (no GPU needed): the diagonal's key tiles in the '/ws'
+  kernel itself, after its specialized loop: as one or two masked steps written out (tl.static_range), with
+  descriptor or pointer loads, or as a second loop, plain or specialized, NVGPUWarpSpecialization fails on
+  triton 3.6 and 3.9 (the forward 128x128/w4/s2/ws, D=128 and 64, sm_90).
 """
 from __future__ import annotations
 
