@@ -1,6 +1,7 @@
 """flash_attention in several processes on one GPU at once (GPU only; not part of the pipeline).
 
     PYTHONPATH=.:workflow python workflow/scripts/ws_crowd.py [--workers 6] [--rounds 2] [--ws 1] [--pin-fwd TILE]
+        [--blocking]
 
 Why: on the H200 (triton 3.6), with six pytest processes of tests/test_flash_attention_gpu.py's '/ws' grid
 running at once, one forward+backward stopped with "an illegal instruction" (head_dim 48, fp16, causal, 1100
@@ -10,7 +11,9 @@ and with which kernels: each worker runs the grid's odd shapes (lengths, head di
 strided or not) in its own order, every kernel tuned in that process as a first call tunes it, checks the
 output and every gradient against flash_attention_ref in fp32, and prints one line per shape that was wrong
 or raised (a raised CUDA error ends the worker: its context is lost). ``--ws 0`` is the control without the
-warp-specialized kernels; ``--pin-fwd`` pins the forward's tile as the test did (default: tuned).
+warp-specialized kernels; ``--pin-fwd`` pins the forward's tile as the test did (default: tuned);
+``--blocking`` sets CUDA_LAUNCH_BLOCKING=1 in the workers, so that a fault is raised at the launch that made it
+(the worker prints where), not at a later synchronize.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import os
 import random
 import subprocess
 import sys
+import traceback
 
 LENGTHS = [(1, 1), (113, 203), (203, 113), (1024, 1024), (300, 1100), (1100, 300), (4096, 4096)]
 HEADS = [(128, "bfloat16"), (128, "float16"), (80, "bfloat16"), (64, "bfloat16"), (48, "float16")]
@@ -51,7 +55,10 @@ def worker(seed: int, rounds: int, pin_fwd: str | None) -> int:
                 got = (out, *torch.autograd.grad(out, (q, k, v), do))
                 torch.cuda.synchronize()
             except Exception as e:  # a CUDA error leaves this process's context unusable: report and stop
-                print(f"RAISED {label}: {type(e).__name__}: {str(e).splitlines()[0]}", flush=True)
+                where = [f"{f.filename}:{f.lineno} {f.name}" for f in traceback.extract_tb(e.__traceback__)
+                         if "/kernels/" in f.filename][-3:]
+                print(f"RAISED {label}: {type(e).__name__}: {str(e).splitlines()[0]} at {' <- '.join(where[::-1])}",
+                      flush=True)
                 return 2
             qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
             ref = fa.flash_attention_ref(qf, kf, vf, causal=causal)
@@ -71,16 +78,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--ws", choices=("0", "1"), default="1", help="KERNELS_FLASH_WS in every worker")
     parser.add_argument("--pin-fwd", default=None, help="pin the forward's tile, e.g. 128x128/w4/s2/ws")
+    parser.add_argument("--blocking", action="store_true", help="CUDA_LAUNCH_BLOCKING=1 in every worker")
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
         sys.exit(worker(args.worker, args.rounds, args.pin_fwd))
-    env = dict(os.environ, KERNELS_FLASH_WS=args.ws)
+    env = dict(os.environ, KERNELS_FLASH_WS=args.ws, **({"CUDA_LAUNCH_BLOCKING": "1"} if args.blocking else {}))
     extra = ["--pin-fwd", args.pin_fwd] if args.pin_fwd else []
     procs = [subprocess.Popen([sys.executable, __file__, "--worker", str(i), "--rounds", str(args.rounds), *extra],
                               env=env) for i in range(args.workers)]
     codes = [p.wait() for p in procs]
-    print(f"KERNELS_FLASH_WS={args.ws} pin_fwd={args.pin_fwd}: exit codes {codes} "
+    print(f"KERNELS_FLASH_WS={args.ws} pin_fwd={args.pin_fwd} blocking={args.blocking}: exit codes {codes} "
           "(0 right, 1 some tensor wrong, 2 raised)", flush=True)
 
 
