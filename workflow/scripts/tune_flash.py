@@ -240,9 +240,10 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   against cuDNN's forward 473 and backward 1410. So the split's hand-over is the causal forward's gap at
   8192 (its pointer diagonal reads Q, the '/ws' part's output and K/V's diagonal tiles again: ~0.39 GB, a
   floor near 95 us at copy speed). Not possible (no GPU needed): the diagonal's key tiles in the '/ws'
-  kernel itself, after its specialized loop: as one or two masked steps written out (tl.static_range), with
-  descriptor or pointer loads, or as a second loop, plain or specialized, NVGPUWarpSpecialization fails on
-  triton 3.6 and 3.9 (the forward 128x128/w4/s2/ws, D=128 and 64, sm_90).
+  kernel itself, before or after its specialized loop (the online softmax takes key tiles in any order): as
+  one or two masked steps written out (tl.static_range), with descriptor or pointer loads, or as a second
+  loop, plain or specialized, NVGPUWarpSpecialization fails on triton 3.6 and 3.9 (the forward
+  128x128/w4/s2/ws, D=128 and 64, sm_90): these kernels take no matmul outside the specialized loop.
 """
 from __future__ import annotations
 
