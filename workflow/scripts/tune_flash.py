@@ -235,9 +235,9 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   H = 16, microseconds per call of each kernel). S = 8192, the tuner's split: forward 1062 ('/ws' part 919,
   the diagonal's pointer kernel 143, 13% of the time for 3% of the work) against cuDNN's 899; backward
   dK/dV 2334 ('/ws' part 2092, diagonal 242: the fp32 sums it hands over are 4x K's bytes, written and read
-  again), dQ 1330, delta 36, against cuDNN's 2559 (one dK/dV/dQ kernel 2439, dot(dO, O) 65, dQ conversion
+  again), dQ 1330, delta 36, against cuDNN's 2561 (one dK/dV/dQ kernel 2439, dot(dO, O) 65, dQ conversion
   55). S = 4096: the tuner ran no split (forward 658 on 128x64/w8/s3, dK/dV 1314 and dQ 793 on 64x64/w4/s2)
-  against cuDNN's forward 473 and backward 1410. So the split's hand-over is the causal forward's gap at
+  against cuDNN's forward 473 and backward 1412. So the split's hand-over is the causal forward's gap at
   8192 (its pointer diagonal reads Q, the '/ws' part's output and K/V's diagonal tiles again: ~0.39 GB, a
   floor near 95 us at copy speed). Not possible (no GPU needed): the diagonal's key tiles in the '/ws'
   kernel itself, before or after its specialized loop (the online softmax takes key tiles in any order): as
