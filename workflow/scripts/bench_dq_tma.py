@@ -35,9 +35,7 @@ import math
 import torch
 
 import kernels._flash_attention as fa  # first: it chooses the backend before triton is imported
-from kernels import _dead_barriers
 from kernels._flash_tiles import Tile
-from kernels._launch import DirectLaunch
 from kernels._triton import triton
 
 
@@ -76,15 +74,15 @@ def main() -> None:
         numbers = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), heads, seq, seq, scale, scale * fa.LOG2E)
         consts = dict(HEAD_DIM=d, BLOCK_D=d, CAUSAL=causal)
         ref = torch.empty_like(q)
-        pointer = DirectLaunch(fa._flash_bwd_dq_kernel)
         for kind, text in [("pointer", t) for t in POINTER_TILES] + [("tma", t) for t in TILES]:
             t = Tile.parse(text)
             grid = -(-seq // t.block_m) * batch * heads
+            # fa._prepare launches the TMA kernel as flash_attention does: compiled without dead barriers
             if kind == "pointer":
-                prep = pointer.prepare(grid, numbers, {**consts, "LONGEST_FIRST": True, **t.kwargs})
+                prep = fa._prepare(fa._flash_bwd_dq_kernel, grid, numbers, {**consts, "LONGEST_FIRST": True}, t)
             else:
-                launcher = _dead_barriers.WithoutDeadBarriers(getattr(fa, KERNEL))
-                prep = launcher.prepare(grid, numbers, dict(HEAD_DIM=d, BLOCK_D=d, EVEN_K=seq % t.block_n == 0, **t.kwargs))
+                prep = fa._prepare(getattr(fa, KERNEL), grid, numbers,
+                                   dict(HEAD_DIM=d, BLOCK_D=d, EVEN_K=seq % t.block_n == 0), t)
             name = f"{kind} {text}"
             out = torch.full_like(q, float("nan"))
             try:
