@@ -587,18 +587,22 @@ def _flash_bwd_tma_kernel(
         rows = start_m + offs_m
         q = q_desc.load([start_m, 0])
         do = do_desc.load([start_m, 0])
-        if MASK:  # rows past seq_q: lse +inf, so p = 0
+        if not EVEN_Q:  # rows past seq_q: lse +inf, so p = 0
             lse = tl.load(lse_ptr + row_base + rows, mask=rows < seq_q, other=float("inf"))
             delta = tl.load(delta_ptr + row_base + rows, mask=rows < seq_q, other=0.0)
         else:
             lse = tl.load(lse_ptr + row_base + rows)
             delta = tl.load(delta_ptr + row_base + rows)
         p_t = tl.math.exp2(tl.dot(k, q.T) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
-        if MASK:  # rows past seq_q arrive as zeros: NaN against a -inf key, which must not reach dK/dV
-            keep = rows[None, :] < seq_q
-            if CAUSAL and not PARTIAL:  # key start_n + j sees query i iff j <= i + (causal_offset - start_n)
-                keep = keep & (keys[:, None] <= rows[None, :] + (causal_offset - start_n))
-            p_t = tl.where(keep, p_t, 0.0)
+        # rows past seq_q (only where not EVEN_Q) arrive as zeros: NaN against a -inf key, which must not
+        # reach dK/dV. Key start_n + j sees query i iff j <= i + (causal_offset - start_n).
+        if MASK and CAUSAL and not PARTIAL and EVEN_Q:
+            p_t = tl.where(keys[:, None] <= rows[None, :] + (causal_offset - start_n), p_t, 0.0)
+        elif MASK and CAUSAL and not PARTIAL:
+            p_t = tl.where((rows[None, :] < seq_q) & (keys[:, None] <= rows[None, :] + (causal_offset - start_n)),
+                           p_t, 0.0)
+        elif MASK:
+            p_t = tl.where(rows[None, :] < seq_q, p_t, 0.0)
         if ADD_DQ:  # keys past seq_k likewise, for dQ
             p_t = tl.where(keys[:, None] < seq_k - start_n, p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv)
