@@ -35,6 +35,7 @@ from ._triton import tl, triton
 __all__ = ["flash_attention", "flash_attention_ref", "tiles_in_use"]
 
 LOG2E = 1.4426950408889634
+FP32_NORMAL, FP32_MAX = 2.0**-126, (2 - 2.0**-23) * 2.0**127  # fp32's smallest normal and largest finite number
 HEAD_DIMS = (16, 256)
 
 # Candidate tiles per kernel, (BLOCK_M, BLOCK_N, warps, stages), in order of preference: the first that
@@ -346,15 +347,12 @@ def _flash_fwd_tma_kernel(
             k = k_desc.load([k_row + start_n, 0])
             qk = tl.dot(q, k.T)
             # Masked: the raw scores are set to -inf, so the scale still folds into one multiply-add
-            # (qk_scale > 0); keys counted from start_n, and under a causal mask with EVEN_K no key test,
-            # since every key tile is whole (sm_90 PTX: ~250 fewer instructions per thread per key tile)
-            if MASK and CAUSAL and EVEN_K:  # row start_m + i sees key start_n + j iff j <= i + offset
+            # (qk_scale > 0: _check); keys counted from start_n. Causal, no key test: a row below seq_q
+            # sees no key past seq_k, and the rows past seq_q are never stored (sm_90 PTX: ~250 fewer
+            # instructions per thread per key tile than a key test and a scale before the mask)
+            if MASK and CAUSAL:  # row start_m + i sees key start_n + j iff j <= i + offset
                 qk = tl.where(offs_n[None, :] <= rows[:, None] + (start_m + causal_offset - start_n), qk,
                               float("-inf"))
-            elif MASK and CAUSAL:
-                keep = (offs_n[None, :] < seq_k - start_n) \
-                    & (offs_n[None, :] <= rows[:, None] + (start_m + causal_offset - start_n))
-                qk = tl.where(keep, qk, float("-inf"))
             elif MASK:
                 qk = tl.where(offs_n[None, :] < seq_k - start_n, qk, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
@@ -1173,8 +1171,11 @@ def _check(q, k, v, sm_scale):
         raise ValueError(f"sequence lengths must be >= 1, got seq_q={sq}, seq_k={sk}")
     if max(sq, sk) * d > 2**31:  # a head's rows, even dense, would leave the kernels' int32 offsets
         raise ValueError(f"seq * head_dim must be <= 2^31 per head, got seq_q={sq}, seq_k={sk}, head_dim={d}")
-    if sm_scale is not None and not (math.isfinite(_checks.real(sm_scale, "sm_scale")) and sm_scale > 0):
-        raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale!r}")
+    # the kernels take sm_scale and sm_scale * log2(e) as fp32: both normal numbers (a scale that rounds to 0
+    # or inf there would turn the masked scores' -inf into NaN)
+    if sm_scale is not None and not (FP32_NORMAL <= _checks.real(sm_scale, "sm_scale") <= FP32_MAX / LOG2E):
+        raise ValueError(f"sm_scale must be a positive finite number within fp32's normal range "
+                         f"[{FP32_NORMAL:.4g}, {FP32_MAX / LOG2E:.4g}], got {sm_scale!r}")
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -58,6 +58,8 @@ BAD = [
     (lambda: flash_attention(*qkv(), causal="False"), TypeError, "causal"),
     (lambda: flash_attention(*qkv(), sm_scale=math.inf), ValueError, "sm_scale"),
     (lambda: flash_attention(*qkv(), sm_scale=-1.0), ValueError, "sm_scale"),
+    (lambda: flash_attention(*qkv(), sm_scale=1e-46), ValueError, "sm_scale"),  # 0 in fp32: masked scores NaN
+    (lambda: flash_attention(*qkv(), sm_scale=1e300), ValueError, "sm_scale"),  # inf in fp32
     (lambda: flash_attention(*[t.to(torch.int32) for t in qkv()]), TypeError, "dtype"),
     # sparse inputs: every kernel wants dense (strided) tensors
     (lambda: vector_add(randn(4).to_sparse(), randn(4)), TypeError, "x must be a dense tensor"),

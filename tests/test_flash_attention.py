@@ -446,11 +446,13 @@ def ws_causal(monkeypatch):
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
 @pytest.mark.parametrize("sq, sk, d", [(100, 100, 64), (70, 130, 40), (130, 70, 64), (33, 1, 16), (1, 97, 16),
-                                       (64, 64, 16), (96, 160, 40), (160, 96, 16)])
+                                       (64, 64, 16), (96, 160, 40), (160, 96, 16), (70, 128, 16), (100, 64, 16),
+                                       (96, 100, 16)])
 def test_the_tma_kernels_under_a_causal_mask_meet_the_rule(sq, sk, d, ws_causal):
     """Forward, log-sum-exp and gradients with WS_CAUSAL: rows with no key, tiles the diagonal cuts at
     every offset from their start, one query row, one key; key lengths in whole key tiles (the forward's
-    causal mask alone, no key test)."""
+    causal mask alone, no key test), with query lengths in whole tiles or not, and whole query tiles with
+    key lengths that are not (the dK/dV kernel's causal mask alone, no row test)."""
     check(*qkv(1, 2, sq, sk, d, torch.float16), True, torch.float16)
 
 

@@ -369,7 +369,9 @@ def test_with_ws_causal_the_tma_kernels_run_under_the_mask_and_are_right(fwd, dk
     monkeypatch.setattr(fa, "_prepare", lambda kernel, *a, **kw: prepared.append((kernel, *a)) or real(kernel, *a, **kw))
     fa.pin(fwd=fwd, bwd_dkdv=dkdv)
     try:
-        for sq, sk, strided in LENGTHS + ((300, 1100, False), (1100, 300, True), (4096, 4096, False)):
+        # (300, 1024), (1000, 512): whole key tiles (no key test under the mask) with a ragged last query tile
+        for sq, sk, strided in LENGTHS + ((300, 1100, False), (1100, 300, True), (4096, 4096, False),
+                                          (300, 1024, False), (1000, 512, True)):
             q, k, v = odd_qkv(sq, sk, d, dtype, strided)
             do = torch.randn_like(q)
             prepared.clear()
