@@ -2,6 +2,7 @@
 forward and pointer dK/dV kernel (GPU only, Hopper; not part of the pipeline).
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_ws_causal.py out.csv [--no-errors] [--d 128,64]
+        [--lengths 4096,8192]
 
 First (unless --no-errors) the errors against fp64 (output and the three gradients, bf16, head_dim 128 and 80)
 at lengths whose diagonal cuts tiles at every offset, with WS_CAUSAL off and on and the '/ws' tiles pinned;
@@ -60,7 +61,7 @@ def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def main(path: str, with_errors: bool, head_dims: list[int]) -> None:
+def main(path: str, with_errors: bool, head_dims: list[int], lengths: list[int]) -> None:
     os.environ.setdefault(fa.WS_ENV, "1")  # the '/ws' kernels studied here (the default; a caller's 0 stays)
     rows = []
     for d in (128, 80) if with_errors else ():
@@ -70,7 +71,7 @@ def main(path: str, with_errors: bool, head_dims: list[int]) -> None:
             print(pd.DataFrame(rows).tail(4).to_string(), flush=True)
     h = 16
     for d in head_dims:
-        for n in SPEED_LENGTHS:
+        for n in lengths:
             b = 16384 // n
             q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                        for _ in range(3))
@@ -110,5 +111,6 @@ if __name__ == "__main__":
     parser.add_argument("out", help="the CSV to write")
     parser.add_argument("--no-errors", action="store_true", help="speed only")
     parser.add_argument("--d", type=lambda s: [int(x) for x in s.split(",")], default=[128], help="head dims")
+    parser.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=SPEED_LENGTHS)
     args = parser.parse_args()
-    main(args.out, not args.no_errors, args.d)
+    main(args.out, not args.no_errors, args.d, args.lengths)
