@@ -19,6 +19,7 @@ Conventions:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -61,21 +62,17 @@ CANDIDATES = {
 }  # from workflow/scripts/tune_flash.py on the H200: the tiles that won or came close at some shape
 # The head-dim blocks at which the '/ws' tiles are offered: where they paid on the H200.
 WS_HEAD_DIMS = {"fwd": (64, 128), "bwd_dkdv": (128,), "bwd_dq": (128,)}
+MASKED_KINDS = ("fwd", "bwd_dkdv")  # the kernels whose '/ws' tiles have a '/ws/masked' form (below)
 # A causal forward on a '/ws' tile runs the TMA kernel over the key tiles no row's mask cuts, then the
 # pointer kernel over those it cuts, with these (BLOCK_N, warps, stages) and the '/ws' tile's BLOCK_M.
 DIAGONAL_FWD = (64, 8, 2)
-# Off: the '/ws' kernels under a causal mask, the forward in one launch (no split) and the two-pass
-# backward's dK/dV kernel. Right on the H200 since their masks count rows (keys) from the tile's start (see
-# _flash_fwd_tma_kernel), but slower than the split forward and the pointer dK/dV kernel (the tuner picked
-# neither: workflow/scripts/tune_flash.py, eighth round).
-WS_CAUSAL = False
-# Causal calls may run the two-pass backward's '/ws' dK/dV tiles split as the forward's are: the pointer kernel
-# (the '/ws' tile's sizes, DIAGONAL_DKDV's warps and stages) over the query tiles the diagonal cuts, then the TMA
-# kernel over the rest, unmasked, from the partial sums the first left in fp32 (a scratch buffer per call of 4x K's
-# size in bf16); the tuner picks it or a pointer tile (H200, head_dim 128: dK/dV 11% faster at S = 16384, 7%
-# slower at 4096; tune_flash.py, eleventh round). (Under WS_CAUSAL the TMA kernel runs them all, masked
-# throughout, which was slower than the pointer kernel.)
-WS_CAUSAL_BACKWARD = True
+# Under a causal mask a '/ws' tile of the forward or the two-pass backward's dK/dV kernel runs in one of two
+# forms, both offered to the tuner: '/ws' splits at the diagonal (the pointer kernel takes the tiles the mask
+# cuts: for the forward after the TMA kernel, with DIAGONAL_FWD's sizes and the tile's BLOCK_M; for dK/dV before
+# it, with the tile's sizes and DIAGONAL_DKDV's warps and stages, leaving its partial sums in fp32, a scratch
+# buffer per call of 4x K's size in bf16), '/ws/masked' runs every tile in the TMA kernel, masked, in one launch.
+# H200, head_dim 128, bf16 (tune_flash.py, seventeenth round): the masked forward 7% faster at S = 4096 and 3-7%
+# slower at 8192-16384, the masked dK/dV 2-6% faster; at head_dim 64 the split forward faster everywhere.
 DIAGONAL_DKDV = (8, 2)
 # The causal pointer dK/dV and dQ kernels take their programs longest first across heads (H200: dK/dV 8% faster
 # at head_dim 64, S = 4096; dQ 2% at head_dim 128; tune_flash.py, eleventh round).
@@ -104,13 +101,17 @@ def fits(kind: str, tile: Tile, block_d: int, element_size: int, tma: bool = Fal
     return rows * block_d * element_size <= SHARED_BUDGET
 
 
-def candidates(kind: str, block_d: int, element_size: int, interpreter: bool, tma: bool = False) -> list[Tile]:
+def candidates(kind: str, block_d: int, element_size: int, interpreter: bool, tma: bool = False,
+               causal: bool = False) -> list[Tile]:
     """The tiles kernel ``kind`` may run with at this head dim and precision, in order of preference;
     ``tma``: the inputs allow a TMA kernel (for fwd, bwd_dkdv and bwd_dq its '/ws' tiles are then among them;
-    for bwd_one_pass its tiles are estimated for the TMA kernel)."""
+    for bwd_one_pass its tiles are estimated for the TMA kernel); ``causal``: fwd's and bwd_dkdv's '/ws' tiles
+    come in both forms, split at the diagonal and '/ws/masked'."""
     if interpreter:  # one small tile: the interpreter's cost is per program
         return [Tile(32, 32, 4, 1)]
     tiles = [Tile(*t) for t in CANDIDATES[kind] if not t[4:] or (tma and block_d in WS_HEAD_DIMS.get(kind, ()))]
+    if causal and kind in MASKED_KINDS:
+        tiles = [form for t in tiles for form in ((t, dataclasses.replace(t, masked=True)) if t.ws else (t,))]
     return [t for t in tiles if fits(kind, t, block_d, element_size, tma)] or tiles[-1:]
 
 
@@ -540,7 +541,7 @@ def _flash_bwd_tma_kernel(
     # the two-pass backward's dK/dV kernel. WS: the query loop is warp-specialized (a producer warp group
     # issues the copies, two consumer groups split the keys); Triton (3.9) specializes it only without
     # ADD_DQ. One loop (Triton specializes no more), masked throughout unless no tile needs it (EVEN_Q:
-    # seq_q a multiple of BLOCK_M, and not causal or PARTIAL). PARTIAL (causal, WS_CAUSAL_BACKWARD): only
+    # seq_q a multiple of BLOCK_M, and not causal or PARTIAL). PARTIAL (causal, a '/ws' tile, not masked): only
     # the query tiles no causal mask cuts, unmasked, going on from the sums over the others that
     # _flash_bwd_dkdv_kernel (DIAGONAL) left at dq_acc_ptr.
     # A program per key tile (persistent measured no faster on the H200: tune_flash.py, tenth round).
@@ -742,15 +743,14 @@ def tiles_in_use() -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _candidates(kind: str, block_d: int, dtype: torch.dtype, tma: bool) -> list[Tile]:
-    return candidates(kind, block_d, dtype.itemsize, backend.current() == "interpreter", tma)
+def _candidates(kind: str, block_d: int, dtype: torch.dtype, tma: bool, causal: bool = False) -> list[Tile]:
+    return candidates(kind, block_d, dtype.itemsize, backend.current() == "interpreter", tma, causal)
 
 
 def _tile(kind: str, q, seq_q: int, seq_k: int, block_d: int, causal: bool, run, tma: bool = False) -> Tile:
     key = (kind, q.dtype, block_d, causal, bucket(seq_q), bucket(seq_k)) + (("tma",) if tma else ()) \
-        + (("ws_causal",) if tma and causal and WS_CAUSAL else ()) \
-        + (("ws_causal_backward",) if tma and causal and WS_CAUSAL_BACKWARD else ())  # '/ws' tiles run other kernels
-    tile = _last[kind] = _flash_tiles.choose(key, _candidates(kind, block_d, q.dtype, tma), run)
+        + (("masked",) if tma and causal and kind in MASKED_KINDS else ())  # '/ws/masked' tiles among the candidates
+    tile = _last[kind] = _flash_tiles.choose(key, _candidates(kind, block_d, q.dtype, tma, causal), run)
     return tile
 
 
@@ -849,7 +849,7 @@ class _Forward:
             (the '/ws' tile's BLOCK_M, DIAGONAL_FWD's other sizes) over the rest."""
             programs = _cdiv(seq_q, tile.block_m) * batch * heads
             if tile.ws and tma:
-                split = causal and not WS_CAUSAL
+                split = causal and not tile.masked
                 flat = _flat(q, tile.block_m) and _flat(o, tile.block_m) and _flat(k, tile.block_n) \
                     and _flat(v, tile.block_n)
                 ws = _prepare(_flash_fwd_tma_kernel, min(programs, sm_count(q.device)), (*numbers, batch * heads),
@@ -903,21 +903,20 @@ class _Backward:
         numbers = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), heads, seq_q, seq_k, sm_scale, sm_scale * LOG2E)
         consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal)
 
-        # on Hopper, for inputs TMA can address: the one-pass backward's kernel, and, without a causal mask
-        # (or with WS_CAUSAL or WS_CAUSAL_BACKWARD), the two-pass backward's warp-specialized dK/dV kernel
-        # for '/ws' tiles (a '/ws' tile elsewhere runs its sizes in the pointer kernel)
+        # on Hopper, for inputs TMA can address: the one-pass backward's kernel, and the two-pass backward's
+        # warp-specialized dK/dV kernel for '/ws' tiles (a '/ws' tile elsewhere runs its sizes in the pointer kernel)
         self.tma = _tma_ready(q, k, v, do)
         # the '/ws' dQ tiles: offered without a causal mask (the tuning key, so the same for every length of a
         # bucket); their kernel runs where lse and delta can be addressed by descriptors (_flash_bwd_dq_tma_kernel),
         # elsewhere the first pointer tile (a '/ws' tile's own sizes were never tuned for the pointer kernel)
         ws_dq = ws and self.tma and not causal
         dq_tma = ws_dq and seq_q % 4 == 0 and batch * heads * seq_q < 2**31 and lse.data_ptr() % 16 == 0
-        ws = ws and self.tma and (not causal or WS_CAUSAL or WS_CAUSAL_BACKWARD)
+        ws = ws and self.tma
 
         def dkdv(tile: Tile, add_dq: bool) -> Callable[..., None]:
             programs = _cdiv(seq_k, tile.block_n) * batch * heads
             if (add_dq and self.tma and _HAS_TMA_REDUCE) or (tile.ws and ws):
-                split = causal and not add_dq and not WS_CAUSAL
+                split = causal and not add_dq and not tile.masked
                 tma_part = _prepare(_flash_bwd_tma_kernel, programs, numbers,
                                     {**consts, "EVEN_Q": seq_q % tile.block_m == 0, "ADD_DQ": add_dq,
                                      "WS": tile.ws and not add_dq, "PARTIAL": split}, tile)
@@ -1232,11 +1231,15 @@ def pin(**tiles: str | None) -> None:
     """Run the named kernels (fwd, bwd_dkdv, bwd_dq, bwd_one_pass) with these tiles ('128x64/w8/s3': BLOCK_M x BLOCK_N
     / warps / stages, '/ws' for a warp-specialized TMA kernel: fwd, bwd_dkdv, bwd_dq, run as such where the inputs
     allow it and KERNELS_FLASH_WS is not 0, elsewhere its sizes in the pointer kernel, for bwd_dq the first
-    pointer candidate) in every bucket, never
-    tuning them; None unpins one, ``pin()`` unpins all."""
+    pointer candidate; '/ws/masked' for fwd and bwd_dkdv: under a causal mask the TMA kernel takes the diagonal
+    too, in one launch) in every bucket, never tuning them; None unpins one, ``pin()`` unpins all."""
     for kind, text in tiles.items():
-        if kind not in WS_HEAD_DIMS and isinstance(text, str) and text.endswith("/ws"):
+        if not isinstance(text, str):
+            continue
+        if kind not in WS_HEAD_DIMS and "/ws" in text:
             raise ValueError(f"{kind}: only {', '.join(WS_HEAD_DIMS)} have warp-specialized kernels, got {text!r}")
+        if kind not in MASKED_KINDS and text.endswith("/masked"):
+            raise ValueError(f"{kind}: only {', '.join(MASKED_KINDS)} have a '/ws/masked' form, got {text!r}")
     _flash_tiles.pin(tuple(CANDIDATES), **tiles)
 
 

@@ -32,7 +32,7 @@ from ._triton import triton
 
 CACHE_ENV = "KERNELS_TILE_CACHE"
 AUTOTUNE_ENV = "KERNELS_AUTOTUNE"
-_FORMAT = re.compile(r"(\d+)x(\d+)/w(\d+)/s(\d+)(/ws)?")
+_FORMAT = re.compile(r"(\d+)x(\d+)/w(\d+)/s(\d+)(/ws(/masked)?)?")
 
 
 @dataclass(frozen=True)
@@ -42,25 +42,32 @@ class Tile:
     warps: int
     stages: int
     ws: bool = False  # a Hopper kernel (forward, dK/dV, dQ): tensor descriptors (TMA) and a warp-specialized loop
+    # (forward, dK/dV; '/ws/masked') under a causal mask the Hopper kernel also runs the tiles the diagonal cuts,
+    # masked, in one launch; a plain '/ws' tile leaves those to the pointer kernel (a second launch)
+    masked: bool = False
     kwargs: dict = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):  # the launch's keyword arguments, built once: this is on every call's path
+        if self.masked and not self.ws:
+            raise ValueError(f"a masked tile is a '/ws' tile: {self.block_m}x{self.block_n} is not")
         object.__setattr__(self, "kwargs", dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n,
                                                 num_warps=self.warps, num_stages=self.stages))
 
     def __str__(self) -> str:
-        return f"{self.block_m}x{self.block_n}/w{self.warps}/s{self.stages}" + ("/ws" if self.ws else "")
+        return f"{self.block_m}x{self.block_n}/w{self.warps}/s{self.stages}" + ("/ws" if self.ws else "") \
+            + ("/masked" if self.masked else "")
 
     @classmethod
     def parse(cls, text: str, name: str = "tile") -> Tile:
         """'128x64/w8/s3' -> Tile(128, 64, 8, 3): BLOCK_M x BLOCK_N / warps / pipeline stages; a '/ws'
-        suffix names a warp-specialized Hopper kernel (the forward's, the dK/dV one's, the dQ one's)."""
+        suffix names a warp-specialized Hopper kernel (the forward's, the dK/dV one's, the dQ one's), '/ws/masked'
+        one that also takes a causal mask's diagonal."""
         match = _FORMAT.fullmatch(text) if isinstance(text, str) else None
         if not match:
             raise ValueError(f"{name} must look like '128x64/w8/s3' (BLOCK_M x BLOCK_N / warps / stages, "
-                             f"optionally '/ws'), got {text!r}")
-        *sizes, ws = match.groups()
-        tile = cls(*map(int, sizes), ws=ws is not None)
+                             f"optionally '/ws' or '/ws/masked'), got {text!r}")
+        *sizes, ws, masked = match.groups()
+        tile = cls(*map(int, sizes), ws=ws is not None, masked=masked is not None)
         for label, value in (("BLOCK_M", tile.block_m), ("BLOCK_N", tile.block_n), ("warps", tile.warps)):
             if value < 1 or value & (value - 1):
                 raise ValueError(f"{name}: {label} must be a power of two, got {value}")

@@ -429,14 +429,13 @@ def test_the_causal_split_stores_the_pointer_kernels_log_sum_exp(sq, sk, keys, c
 
 
 @pytest.fixture
-def ws_causal(monkeypatch):
-    """WS_CAUSAL (off by default) as on Hopper for '/ws' tiles, in the interpreter: the causal forward in one
-    launch of the TMA kernel (no split), the two-pass backward's dK/dV by the TMA kernel, both masks counting
-    rows (keys) from the tile's start. Yields the kernels launched, with constexprs."""
+def ws_masked(monkeypatch):
+    """'/ws/masked' tiles as on Hopper, in the interpreter: the causal forward in one launch of the TMA kernel
+    (no split), the two-pass backward's dK/dV by the TMA kernel alone, both masks counting rows (keys) from
+    the tile's start. Yields the kernels launched, with constexprs."""
     from kernels import _flash_attention as fa
 
-    monkeypatch.setattr(fa, "WS_CAUSAL", True)
-    with tma_in_the_interpreter(monkeypatch, fwd="32x32/w4/s1/ws", bwd_dkdv="32x32/w4/s1/ws") as used:
+    with tma_in_the_interpreter(monkeypatch, fwd="32x32/w4/s1/ws/masked", bwd_dkdv="32x32/w4/s1/ws/masked") as used:
         yield used
     kernels = [(kernel, consts.get("CAUSAL"), consts.get("PARTIAL"), consts.get("WS")) for kernel, consts in used]
     assert (fa._flash_fwd_tma_kernel, True, False, None) in kernels  # one launch, masked throughout
@@ -448,8 +447,8 @@ def ws_causal(monkeypatch):
 @pytest.mark.parametrize("sq, sk, d", [(100, 100, 64), (70, 130, 40), (130, 70, 64), (33, 1, 16), (1, 97, 16),
                                        (64, 64, 16), (96, 160, 40), (160, 96, 16), (70, 128, 16), (100, 64, 16),
                                        (96, 100, 16)])
-def test_the_tma_kernels_under_a_causal_mask_meet_the_rule(sq, sk, d, ws_causal):
-    """Forward, log-sum-exp and gradients with WS_CAUSAL: rows with no key, tiles the diagonal cuts at
+def test_the_masked_tma_kernels_meet_the_rule(sq, sk, d, ws_masked):
+    """Forward, log-sum-exp and gradients on '/ws/masked' tiles under a causal mask: rows with no key, tiles the diagonal cuts at
     every offset from their start, one query row, one key; key lengths in whole key tiles (the forward's
     causal mask alone, no key test), with query lengths in whole tiles or not, and whole query tiles with
     key lengths that are not (the dK/dV kernel's causal mask alone, no row test)."""
@@ -462,14 +461,13 @@ def test_the_tma_kernels_under_a_causal_mask_meet_the_rule(sq, sk, d, ws_causal)
                                              (96, 160, 16, "32x32"), (96, 100, 16, "32x32"), (100, 100, 64, "16x32"),
                                              (96, 75, 16, "16x32"), (33, 97, 16, "16x32")])
 def test_the_causal_dkdv_split_meets_the_rule(sq, sk, d, tile, monkeypatch):
-    """WS_CAUSAL_BACKWARD: a causal backward on a '/ws' dK/dV tile runs the pointer kernel over the query
+    """A causal backward on a '/ws' dK/dV tile runs the pointer kernel over the query
     tiles the diagonal cuts (DIAGONAL), then the TMA kernel over the rest, unmasked (PARTIAL), going on
     from the first one's sums: gradients at lengths whose diagonal cuts tiles at every offset, rows with
     no key, whole query tiles (no row mask) with whole and ragged key tiles, one query row, one key; square
     tiles and, as the H200's 64x128, fewer queries than keys per tile."""
     from kernels import _flash_attention as fa
 
-    monkeypatch.setattr(fa, "WS_CAUSAL_BACKWARD", True)
     with tma_in_the_interpreter(monkeypatch, fwd="32x32/w4/s1/ws", bwd_dkdv=f"{tile}/w4/s1/ws") as used:
         check(*qkv(1, 2, sq, sk, d, torch.float16), True, torch.float16)
     assert any(kernel is fa._flash_bwd_tma_kernel and c["PARTIAL"] and c["WS"] for kernel, c in used)

@@ -280,31 +280,28 @@ def test_every_tile_of_the_tma_one_pass_backward_is_right(d, dtype, causal, monk
 @pytest.mark.usefixtures("ws")
 def test_every_warp_specialized_dkdv_tile_is_right(tile, d, dtype, monkeypatch):
     """The two-pass backward's warp-specialized TMA dK/dV kernel: it runs, and is right, without a causal
-    mask, and under one split at the diagonal (WS_CAUSAL_BACKWARD: its '/ws' part PARTIAL, after the
-    pointer kernel's); with WS_CAUSAL_BACKWARD off a pinned '/ws' tile runs its sizes in the pointer kernel
-    under a causal mask, and tuning offers no '/ws' tile there."""
+    mask, and under one as '/ws' (split at the diagonal: its part PARTIAL, after the pointer kernel's) and
+    as '/ws/masked' (alone, masked throughout)."""
     prepared = []
     real = fa._prepare
     monkeypatch.setattr(fa, "_prepare", lambda kernel, *a, **kw: prepared.append((kernel, *a)) or real(kernel, *a, **kw))
-    fa.pin(bwd_dkdv=tile)
     try:
-        for split, causal in ((True, False), (True, True), (False, True)):
-            monkeypatch.setattr(fa, "WS_CAUSAL_BACKWARD", split)
-            fa.pin(bwd_dkdv=tile)  # again: drops the plans made under the other setting
+        for pinned, causal in ((tile, False), (tile, True), (tile + "/masked", True)):
+            fa.pin(bwd_dkdv=pinned)
             for sq, sk, strided in LENGTHS:
                 q, k, v = odd_qkv(sq, sk, d, dtype, strided)
                 do = torch.randn_like(q)
                 prepared.clear()
                 got = grads(lambda *t: flash_attention(*t, causal=causal), q, k, v, do)
                 specialized = [p[3] for p in prepared if p[0] is fa._flash_bwd_tma_kernel and p[3].get("WS")]
+                diagonal = [p for p in prepared if p[0] is fa._flash_bwd_dkdv_kernel]
+                split = causal and not pinned.endswith("/masked")
                 assert fa._tma_ready(q, k, v, do)
-                assert bool(specialized) == split and all(c["PARTIAL"] == causal for c in specialized), (causal, sq, sk)
-                assert_reference_gradients(q, k, v, do, causal, got, f"{tile} {sq} {sk} {d} causal={causal}")
+                assert len(specialized) == 1 and specialized[0]["PARTIAL"] == split, (pinned, causal, sq, sk)
+                assert bool(diagonal) == split, (pinned, causal, sq, sk)
+                assert_reference_gradients(q, k, v, do, causal, got, f"{pinned} {sq} {sk} {d} causal={causal}")
     finally:
         fa.pin()
-    q, k, v = qkv(d=128)
-    flash_attention(q, k, v, causal=True).backward(torch.ones_like(q))  # tuned, WS_CAUSAL_BACKWARD off
-    assert not fa.tiles_in_use()["bwd_dkdv"].endswith("/ws")
 
 
 @needs_hopper
@@ -359,15 +356,14 @@ def test_the_persistent_tma_forward_is_right(d):
 @pytest.mark.parametrize("dkdv", [str(fa.Tile(*t)) for t in fa.CANDIDATES["bwd_dkdv"] if t[4:]])
 @pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (128, torch.float16), (80, torch.bfloat16)])
 @pytest.mark.usefixtures("ws")
-def test_with_ws_causal_the_tma_kernels_run_under_the_mask_and_are_right(fwd, dkdv, d, dtype, monkeypatch):
-    """WS_CAUSAL (off by default): a causal call runs the '/ws' forward in one launch and the '/ws' dK/dV
-    kernel, and both must give the reference (forward, and the gradients through the log-sum-exp the
+def test_the_masked_tma_kernels_run_under_the_mask_and_are_right(fwd, dkdv, d, dtype, monkeypatch):
+    """'/ws/masked' tiles: a causal call runs the '/ws' forward in one launch and the '/ws' dK/dV kernel
+    alone, and both must give the reference (forward, and the gradients through the log-sum-exp the
     forward stored) at lengths whose diagonal cuts tiles at every offset, unequal both ways, strided."""
-    monkeypatch.setattr(fa, "WS_CAUSAL", True)
     prepared = []
     real = fa._prepare
     monkeypatch.setattr(fa, "_prepare", lambda kernel, *a, **kw: prepared.append((kernel, *a)) or real(kernel, *a, **kw))
-    fa.pin(fwd=fwd, bwd_dkdv=dkdv)
+    fa.pin(fwd=fwd + "/masked", bwd_dkdv=dkdv + "/masked")
     try:
         # (300, 1024), (1000, 512): whole key tiles (no key test under the mask) with a ragged last query tile
         for sq, sk, strided in LENGTHS + ((300, 1100, False), (1100, 300, True), (4096, 4096, False),
@@ -379,6 +375,7 @@ def test_with_ws_causal_the_tma_kernels_run_under_the_mask_and_are_right(fwd, dk
             consts = [(p[0], p[3]) for p in prepared]
             assert any(kernel is fa._flash_fwd_tma_kernel and not c["PARTIAL"] for kernel, c in consts)
             assert any(kernel is fa._flash_bwd_tma_kernel and c["WS"] and c["CAUSAL"] for kernel, c in consts)
+            assert not any(kernel in (fa._flash_fwd_kernel, fa._flash_bwd_dkdv_kernel) for kernel, _ in consts)
             assert_reference_gradients(q, k, v, do, True, got, f"{fwd} {dkdv} {sq} {sk} {d} {dtype}")
     finally:
         fa.pin()
@@ -389,11 +386,10 @@ def test_with_ws_causal_the_tma_kernels_run_under_the_mask_and_are_right(fwd, dk
 @pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (128, torch.float16), (80, torch.bfloat16)])
 @pytest.mark.usefixtures("ws")
 def test_the_causal_dkdv_split_is_right(dkdv, d, dtype, monkeypatch):
-    """WS_CAUSAL_BACKWARD (on by default): a causal backward on a '/ws' dK/dV tile runs the pointer kernel
+    """A causal backward on a '/ws' dK/dV tile runs the pointer kernel
     over the query tiles the diagonal cuts, then the '/ws' kernel over the rest, unmasked, from the first
     one's fp32 sums; the gradients must be the reference's at lengths whose diagonal cuts tiles at every
     offset, unequal both ways, whole query tiles with ragged key tiles (1024 x 1000), whole tiles, strided."""
-    monkeypatch.setattr(fa, "WS_CAUSAL_BACKWARD", True)
     prepared = []
     real = fa._prepare
     monkeypatch.setattr(fa, "_prepare", lambda kernel, *a, **kw: prepared.append((kernel, *a)) or real(kernel, *a, **kw))

@@ -1,5 +1,6 @@
 """How FlashAttention chooses its tiles: per shape bucket, pinned, untuned, or from the cache file; and
 flash_attention inside torch.compile. Runs anywhere (interpreter on a CPU)."""
+import dataclasses
 import json
 import re
 
@@ -184,6 +185,29 @@ def test_a_ws_tile_parses_prints_and_pins_only_for_the_kernels_that_have_one():
         fa.pin(bwd_one_pass="128x64/w8/s3/ws")
     fa.pin(fwd="128x128/w4/s2/ws", bwd_dkdv="64x128/w4/s2/ws", bwd_dq="128x64/w4/s2/ws")
     fa.pin()
+
+
+def test_a_masked_ws_tile_is_offered_beside_its_split_form_under_a_causal_mask_only():
+    from kernels import _flash_attention as fa
+
+    tile = Tile.parse("128x128/w4/s2/ws/masked")
+    assert tile.ws and tile.masked and str(tile) == "128x128/w4/s2/ws/masked" and tile != Tile.parse("128x128/w4/s2/ws")
+    with pytest.raises(ValueError, match="'/ws' tile"):
+        Tile(64, 64, 4, 2, masked=True)
+    for text in ("128x128/w4/s2/masked", "128x128/w4/s2/ws/mask"):
+        with pytest.raises(ValueError, match="must look like"):
+            Tile.parse(text)
+    for kind in ("bwd_dq", "bwd_one_pass"):
+        with pytest.raises(ValueError, match=kind):
+            fa.pin(**{kind: "128x64/w4/s2/ws/masked"})
+    for kind in fa.MASKED_KINDS:
+        plain = fa.candidates(kind, 128, 2, interpreter=False, tma=True)
+        causal = fa.candidates(kind, 128, 2, interpreter=False, tma=True, causal=True)
+        assert not any(t.masked for t in plain) and plain == [t for t in causal if not t.masked]
+        split_first = [(t, dataclasses.replace(t, masked=True)) for t in plain if t.ws]
+        assert split_first and all(causal.index(s) + 1 == causal.index(m) for s, m in split_first), causal
+    assert not any(t.masked for t in fa.candidates("bwd_dq", 128, 2, interpreter=False, tma=True, causal=True))
+    assert not any(t.masked for t in fa.candidates("fwd", 128, 2, interpreter=False, tma=False, causal=True))
 
 
 def test_tma_needs_hopper_half_precision_and_aligned_strides(monkeypatch):

@@ -73,7 +73,7 @@ def test_writeup_attention_needs_more_shared_memory_as_n_k_grows():
 def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store_lse, even_k, causal, split, head_dim):
     """Every '/ws' candidate at the head dims where they are offered, with and without the log-sum-exp
     and the tail mask, with descriptors over every head (FLAT) and per head; causal, the TMA kernel's
-    part (PARTIAL) and the pointer kernel's at the diagonal, or (WS_CAUSAL) the TMA kernel alone, masked throughout."""
+    part (PARTIAL) and the pointer kernel's at the diagonal, or ('/ws/masked') the TMA kernel alone, masked throughout."""
     tiles = [t for t in fa.candidates("fwd", head_dim, 2, interpreter=False, tma=True) if t.ws]
     assert tiles
     consts = dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=causal, STORE_LSE=store_lse)
@@ -102,8 +102,8 @@ def test_every_tile_of_the_tma_one_pass_backward_fits(dtype, head_dim):
 def test_the_warp_specialized_dkdv_tiles_compile_within_hopper_shared_memory(causal):
     """Every '/ws' dK/dV candidate at head_dim 128: the TMA kernel without the dQ reduce-add, its query
     loop warp-specialized, with and without the row mask (EVEN_Q); under a causal mask masked throughout
-    (WS_CAUSAL) or over the tiles no mask cuts (PARTIAL: WS_CAUSAL_BACKWARD), and then the pointer kernel
-    over the others (DIAGONAL)."""
+    ('/ws/masked') or over the tiles no mask cuts (PARTIAL: '/ws'), and then the pointer kernel over the
+    others (DIAGONAL)."""
     tiles = [t for t in fa.candidates("bwd_dkdv", 128, 2, interpreter=False, tma=True) if t.ws]
     types = arg_types("_flash_bwd_tma_kernel", 9, "bf16")
     assert_all_fit({f"{t} EVEN_Q={even_q} PARTIAL={partial}": fit_request(

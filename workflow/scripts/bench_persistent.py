@@ -1,7 +1,7 @@
-"""The forms of flash_attention that are off by default (the one-pass backward; WS_CAUSAL, the '/ws'
-kernels under a causal mask; '/ws' dK/dV tiles at head_dim 64) and the default without two of its
-choices (WS_CAUSAL_BACKWARD, the causal dK/dV split at the diagonal; BWD_LONGEST_FIRST) beside the
-default (GPU only, Hopper; not part of the pipeline). Its figures are in tune_flash.py's docstring.
+"""The forms of flash_attention that are off by default (the one-pass backward; '/ws' dK/dV tiles at
+head_dim 64) and the default without two of its choices (the '/ws/masked' tiles, which the tuner weighs
+against the split at the diagonal under a causal mask; BWD_LONGEST_FIRST) beside the default (GPU only,
+Hopper; not part of the pipeline). Its figures are in tune_flash.py's docstring.
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_persistent.py out.csv [setting ...]
 
@@ -30,8 +30,7 @@ from bench_ws_causal import max_errors  # this folder is the script's first impo
 SETTINGS = {  # name -> module attributes (BACKWARD: the backward, as KERNELS_FLASH_BACKWARD names it)
     "default": {},
     "one_pass": {"BACKWARD": "one_pass"},
-    "ws_causal": {"WS_CAUSAL": True},
-    "no_causal_split": {"WS_CAUSAL_BACKWARD": False},
+    "no_masked": {"MASKED_KINDS": ()},
     "no_longest_first": {"BWD_LONGEST_FIRST": False},
     "ws64_dkdv": {"WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (64, 128)}},
 }

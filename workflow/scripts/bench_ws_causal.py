@@ -1,15 +1,18 @@
-"""The '/ws' kernels under a causal mask (kernels._flash_attention.WS_CAUSAL), against the committed split
-forward and pointer dK/dV kernel (GPU only, Hopper; not part of the pipeline).
+"""The '/ws' tiles under a causal mask in their two forms, split at the diagonal ('/ws') and in one launch
+('/ws/masked'), and as the tuner picks with and without the masked form (GPU only, Hopper; not part of the
+pipeline).
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_ws_causal.py out.csv [--no-errors] [--d 128,64]
         [--lengths 4096,8192]
 
 First (unless --no-errors) the errors against fp64 (output and the three gradients, bf16, head_dim 128 and 80)
-at lengths whose diagonal cuts tiles at every offset, with WS_CAUSAL off and on and the '/ws' tiles pinned;
-then, at bf16, each head_dim, batch x seq = 16384, 16 heads, causal forward and forward+backward TFLOP/s
-(do_bench medians; 4·B·H·S²·D x 0.5, x 3.5 with the backward) beside cuDNN in the same process: the forward
-pinned to the '/ws' tile, split (WS_CAUSAL off) and in one launch (on), then everything tuned afresh with
-WS_CAUSAL off and on (the tiles chosen are in the label). One CSV row per measurement; the summary is printed.
+at lengths whose diagonal cuts tiles at every offset, the '/ws' tiles pinned in either form; then, at bf16,
+each head_dim, batch x seq = 16384, 16 heads, causal forward and forward+backward TFLOP/s (do_bench medians;
+4·B·H·S²·D x 0.5, x 3.5 with the backward) beside cuDNN in the same process: the forward and (head_dim 128)
+dK/dV pinned to their '/ws' tiles, split and masked, then everything tuned afresh with and without the
+masked forms (the tiles chosen are in the label). One CSV row per measurement; the summary is printed.
+A masked forward with a split backward costs fwd(masked) + (fwd_bwd - fwd)(split): the kernels run one after
+another.
 """
 from __future__ import annotations
 
@@ -29,16 +32,14 @@ ERROR_LENGTHS = [(1000, 1000), (300, 1100), (1100, 300), (4096, 4096), (113, 203
 SPEED_LENGTHS = [4096, 8192, 16384]
 
 
-def errors(ws_causal: bool, d: int) -> dict:
-    """Max |error| against fp64 of out, dq, dk, dv over ERROR_LENGTHS, causal, the '/ws' tiles pinned."""
-    fa.WS_CAUSAL = ws_causal
-    return max_errors(d, True, ERROR_LENGTHS)
+FWD, DKDV = "128x128/w4/s2/ws", "64x128/w4/s2/ws"
+MASKED_KINDS = fa.MASKED_KINDS
 
 
-def max_errors(d: int, causal: bool, lengths) -> dict:
+def max_errors(d: int, causal: bool, lengths, form: str = "") -> dict:
     """Max |error| against fp64 of out, dq, dk, dv (bf16, batch 2, 3 heads) over (seq_q, seq_k) ``lengths``,
-    the '/ws' tiles pinned for the call; NaN if any error is NaN."""
-    fa.pin(fwd="128x128/w4/s2/ws", bwd_dkdv="64x128/w4/s2/ws")
+    the '/ws' tiles pinned for the call (``form``: '' or '/masked'); NaN if any error is NaN."""
+    fa.pin(fwd=FWD + form, bwd_dkdv=DKDV + form)
     errors = dict(out=[], dq=[], dk=[], dv=[])
     try:
         for sq, sk in lengths:
@@ -65,9 +66,9 @@ def main(path: str, with_errors: bool, head_dims: list[int], lengths: list[int])
     os.environ.setdefault(fa.WS_ENV, "1")  # the '/ws' kernels studied here (the default; a caller's 0 stays)
     rows = []
     for d in (128, 80) if with_errors else ():
-        for ws_causal in (False, True):
-            rows += [dict(what="max_error", d=d, ws_causal=ws_causal, tensor=name, value=err)
-                     for name, err in errors(ws_causal, d).items()]
+        for form in ("", "/masked"):
+            rows += [dict(what="max_error", d=d, form=form or "split", tensor=name, value=err)
+                     for name, err in max_errors(d, True, ERROR_LENGTHS, form).items()]
             print(pd.DataFrame(rows).tail(4).to_string(), flush=True)
     h = 16
     for d in head_dims:
@@ -82,16 +83,19 @@ def main(path: str, with_errors: bool, head_dims: list[int], lengths: list[int])
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-            # (label, WS_CAUSAL, forward tile pinned or None); None: cuDNN
-            for name, ws_causal, pinned in (("split", False, "128x128/w4/s2/ws"), ("one launch", True, "128x128/w4/s2/ws"),
-                                            ("tuned", False, None), ("tuned", True, None), ("sdpa_cudnn", None, None)):
-                if ws_causal is None:
+            dkdv = d in fa.WS_HEAD_DIMS["bwd_dkdv"]  # elsewhere a '/ws' dK/dV tile would run the pointer kernel
+            # (label, tiles pinned, the masked forms offered to the tuner); None: cuDNN
+            for name, pinned, masked in (("split", dict(fwd=FWD, bwd_dkdv=DKDV if dkdv else None), True),
+                                         ("masked", dict(fwd=FWD + "/masked", bwd_dkdv=DKDV + "/masked" if dkdv else None), True),
+                                         ("tuned", {}, True), ("tuned without masked", {}, False), ("sdpa_cudnn", None, None)):
+                if pinned is None:
                     label, fn = name, cudnn
                 else:
-                    fa.WS_CAUSAL = ws_causal
-                    _flash_tiles.forget()  # drops the plans made under the other setting too
-                    fa.pin(fwd=pinned)
-                    label = f"flash {name} ws_causal={ws_causal} {fa.tune(q, k, v, causal=True)}"
+                    fa.MASKED_KINDS = MASKED_KINDS if masked else ()
+                    fa._candidates.cache_clear()
+                    _flash_tiles.forget()  # drops the plans and choices made under the other setting too
+                    fa.pin(**pinned)
+                    label = f"flash {name} {fa.tune(q, k, v, causal=True)}"
                     fn = lambda: fa.flash_attention(q, k, v, causal=True)  # noqa: E731
                 with torch.no_grad():
                     fwd = bench(fn)
@@ -100,7 +104,8 @@ def main(path: str, with_errors: bool, head_dims: list[int], lengths: list[int])
                 rows.append(dict(what="tflops", d=d, seq=n, provider=label, fwd=flop / fwd / 1e9,
                                  fwd_bwd=3.5 * flop / fwd_bwd / 1e9))
                 print(rows[-1], flush=True)
-    fa.WS_CAUSAL = False
+    fa.MASKED_KINDS = MASKED_KINDS
+    fa._candidates.cache_clear()
     df = pd.DataFrame(rows)
     df.to_csv(path, index=False)
     print(df.to_string())

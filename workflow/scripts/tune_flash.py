@@ -244,6 +244,17 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   one or two masked steps written out (tl.static_range), with descriptor or pointer loads, or as a second
   loop, plain or specialized, NVGPUWarpSpecialization fails on triton 3.6 and 3.9 (the forward
   128x128/w4/s2/ws, D=128 and 64, sm_90): these kernels take no matmul outside the specialized loop.
+- seventeenth round, the masked '/ws' kernels made lean (their causal key tiles keep the scale in one
+  multiply-add and test no key; the dK/dV kernel with whole query tiles tests no row), then timed
+  (bench_ws_causal.py, H200, triton 3.6, bf16, B*S = 16384, H = 16, causal, TFLOP/s forward / forward +
+  backward, pinned 128x128/w4/s2/ws and 64x128/w4/s2/ws in both forms). Head_dim 128, S = 4096 / 8192 /
+  16384: split 418 / 320, 478 / 374, 517 / 416; one launch, masked 450 / 341, 466 / 380, 483 / 416; cuDNN
+  520 / 436, 575 / 488, 563 / 522. From those, the backward alone: masked 6% / 3% / 2% faster; the
+  forward masked +8% at 4096, -2% at 8192, -7% at 16384. Head_dim 64 (no '/ws' dK/dV there): the split
+  forward faster at every length (345 / 385 / 404 against 317 / 334 / 342). The GPU test of the masked
+  kernels passed (three tile and dtype cases, eleven length pairs each). Kept: the masked forms as
+  candidates beside the split ones ('/ws/masked'), so the tuner weighs the two per bucket, in place of
+  the WS_CAUSAL and WS_CAUSAL_BACKWARD switches.
 """
 from __future__ import annotations
 
