@@ -1,7 +1,7 @@
 """flash_attention in several processes on one GPU at once (GPU only; not part of the pipeline).
 
     PYTHONPATH=.:workflow python workflow/scripts/ws_crowd.py [--workers 6] [--rounds 2] [--ws 1] [--pin-fwd TILE]
-        [--blocking]
+        [--blocking] [--tune 1] [--user-cache]
 
 Why: on the H200 (triton 3.6), with six pytest processes of tests/test_flash_attention_gpu.py's '/ws' grid
 running at once, one forward+backward stopped with "an illegal instruction" (head_dim 48, fp16, causal, 1100
@@ -13,7 +13,17 @@ output and every gradient against flash_attention_ref in fp32, and prints one li
 or raised (a raised CUDA error ends the worker: its context is lost). ``--ws 0`` is the control without the
 warp-specialized kernels; ``--pin-fwd`` pins the forward's tile as the test did (default: tuned);
 ``--blocking`` sets CUDA_LAUNCH_BLOCKING=1 in the workers, so that a fault is raised at the launch that made it
-(the worker prints where), not at a later synchronize.
+(the worker prints where), not at a later synchronize. Every run's workers share a new, empty tile cache, so
+they tune as first calls on a new machine do (``--user-cache``: the usual cache file instead, where buckets
+tuned before are not tuned again); ``--tune 0`` sets KERNELS_AUTOTUNE=0 (the first candidate, nothing timed).
+
+What it found on the H200 (triton 3.6, six workers, one round, b20d55f), the usual cache removed before
+each run: 4 of 6 workers raised "an illegal instruction" (reported at the synchronize of a tuning,
+_flash_tiles.choose) with the forward pinned to 128x128/w4/s2/ws, and with it pinned to
+128x128/w4/s2/ws/masked 3 of 6 raised and one more returned NaN dK and dV (d=48 fp16 causal 203x113, no
+error raised); a first masked run had 4 raised and NaN dQ/dK/dV in another. Run again with those tiles
+already in the cache (nothing tuned in the shapes that ran), 0 of 6 with either. Earlier that session, at
+a8fa95c, tuned with buckets new to the cache: 0 of 6. So it comes with tuning in a crowd, not every time.
 """
 from __future__ import annotations
 
@@ -22,6 +32,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import traceback
 
 LENGTHS = [(1, 1), (113, 203), (203, 113), (1024, 1024), (300, 1100), (1100, 300), (4096, 4096)]
@@ -79,16 +90,22 @@ def main() -> None:
     parser.add_argument("--ws", choices=("0", "1"), default="1", help="KERNELS_FLASH_WS in every worker")
     parser.add_argument("--pin-fwd", default=None, help="pin the forward's tile, e.g. 128x128/w4/s2/ws")
     parser.add_argument("--blocking", action="store_true", help="CUDA_LAUNCH_BLOCKING=1 in every worker")
+    parser.add_argument("--tune", choices=("0", "1"), default="1", help="KERNELS_AUTOTUNE in every worker")
+    parser.add_argument("--user-cache", action="store_true", help="the usual tile cache, not a new empty one")
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
         sys.exit(worker(args.worker, args.rounds, args.pin_fwd))
-    env = dict(os.environ, KERNELS_FLASH_WS=args.ws, **({"CUDA_LAUNCH_BLOCKING": "1"} if args.blocking else {}))
+    env = dict(os.environ, KERNELS_FLASH_WS=args.ws, KERNELS_AUTOTUNE=args.tune,
+               **({"CUDA_LAUNCH_BLOCKING": "1"} if args.blocking else {}))
+    if not args.user_cache:
+        env["KERNELS_TILE_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="ws_crowd"), "flash_tiles.json")
     extra = ["--pin-fwd", args.pin_fwd] if args.pin_fwd else []
     procs = [subprocess.Popen([sys.executable, __file__, "--worker", str(i), "--rounds", str(args.rounds), *extra],
                               env=env) for i in range(args.workers)]
     codes = [p.wait() for p in procs]
-    print(f"KERNELS_FLASH_WS={args.ws} pin_fwd={args.pin_fwd} blocking={args.blocking}: exit codes {codes} "
+    print(f"KERNELS_FLASH_WS={args.ws} KERNELS_AUTOTUNE={args.tune} user_cache={args.user_cache} "
+          f"pin_fwd={args.pin_fwd} blocking={args.blocking}: exit codes {codes} "
           "(0 right, 1 some tensor wrong, 2 raised)", flush=True)
 
 
