@@ -250,7 +250,7 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   backward, pinned 128x128/w4/s2/ws and 64x128/w4/s2/ws in both forms). Head_dim 128, S = 4096 / 8192 /
   16384: split 418 / 320, 478 / 374, 517 / 416; one launch, masked 450 / 341, 466 / 380, 483 / 416; cuDNN
   520 / 436, 575 / 488, 563 / 522. From those, the backward alone: masked 6% / 3% / 2% faster; the
-  forward masked +8% at 4096, -2% at 8192, -7% at 16384. Head_dim 64 (no '/ws' dK/dV there): the split
+  forward masked +7.6% at 4096, -2.5% at 8192, -6.5% at 16384. Head_dim 64 (no '/ws' dK/dV there): the split
   forward faster at every length (345 / 385 / 404 against 317 / 334 / 342). The GPU test of the masked
   kernels passed (three tile and dtype cases, eleven length pairs each). Kept: the masked forms as
   candidates beside the split ones ('/ws/masked'), so the tuner weighs the two per bucket, in place of
