@@ -128,6 +128,24 @@ def test_tuning_allocates_no_scratch_beyond_the_problem():
     assert first < 2 * later, (first, later)
 
 
+def test_tuning_waits_for_the_work_its_caller_queued():
+    """triton.testing.do_bench_cudagraph times on a new stream: its first runs must come after the
+    kernels the caller queued, not beside them (else they write buffers those kernels still use)."""
+    flag = torch.zeros(1, device="cuda")
+    seen = []
+
+    def run(tile):  # what each timed run reads (those outside the graph captures kept)
+        read = flag.clone()
+        if not torch.cuda.is_current_stream_capturing():
+            seen.append(read)
+
+    torch.cuda._sleep(400_000_000)  # ~0.2 s of GPU time queued ahead of the write the runs must see
+    flag.fill_(1.0)
+    ft.choose(("fwd", "stream order"), [fa.Tile(64, 64, 4, 3), fa.Tile(32, 32, 4, 1)], run)
+    torch.cuda.synchronize()
+    assert seen and all(s.item() == 1.0 for s in seen), [s.item() for s in seen]
+
+
 def cached() -> int:
     return sum(len(launch) for launch in fa._direct.values())
 

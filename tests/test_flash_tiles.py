@@ -135,6 +135,22 @@ def test_a_cached_tile_no_longer_offered_is_tuned_again(gpu_free):
     assert ft.choose(KEY, CANDIDATES, gpu_free.append) == Tile(64, 64, 4, 3) and len(gpu_free) == 3
 
 
+def test_tuning_first_waits_for_the_callers_stream(gpu_free, monkeypatch):
+    """do_bench_cudagraph times on a new stream that does not wait for the caller's (the GPU test checks
+    the effect): choose() synchronizes the caller's stream before the first timed run."""
+    events = []
+
+    class Stream:
+        def synchronize(self):
+            events.append("synchronize")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_stream", Stream)
+    ft.choose(KEY, CANDIDATES, lambda tile: (events.append("run"), gpu_free.append(tile)))
+    assert events[:2] == ["synchronize", "run"] and events.count("run") == 3
+
+
 def test_without_autotune_the_first_candidate_runs(gpu_free, monkeypatch):
     monkeypatch.setenv(ft.AUTOTUNE_ENV, "0")
     assert ft.choose(KEY, CANDIDATES, gpu_free.append) == CANDIDATES[0] and not gpu_free

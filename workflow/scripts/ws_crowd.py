@@ -24,6 +24,14 @@ _flash_tiles.choose) with the forward pinned to 128x128/w4/s2/ws, and with it pi
 error raised); a first masked run had 4 raised and NaN dQ/dK/dV in another. Run again with those tiles
 already in the cache (nothing tuned in the shapes that ran), 0 of 6 with either. Earlier that session, at
 a8fa95c, tuned with buckets new to the cache: 0 of 6. So it comes with tuning in a crowd, not every time.
+
+The likely cause (found reading the code, after that run): the tuner's timer, triton.testing.do_bench_cudagraph,
+runs on a new stream that waits for nothing, so its first runs (before its first synchronize) overlapped the
+kernels the worker had queued just before: writing dK/dV into freshly allocated buffers that the pending
+forward still read as its lse or its tensor descriptors' scratch (freed in Python at launch, so reused at
+once). Alone, a worker's queue is empty by the time tuning starts; in a crowd its kernels wait their turn.
+_flash_tiles.choose now synchronizes the caller's stream first; the next GPU run of this script (6 workers,
+2 rounds, fresh cache, fwd pinned to '/ws' and to '/ws/masked') says whether that was all of it.
 """
 from __future__ import annotations
 
