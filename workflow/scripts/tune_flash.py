@@ -255,6 +255,12 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   kernels passed (three tile and dtype cases, eleven length pairs each). Kept: the masked forms as
   candidates beside the split ones ('/ws/masked'), so the tuner weighs the two per bucket, in place of
   the WS_CAUSAL and WS_CAUSAL_BACKWARD switches.
+- eighteenth round, not possible (no GPU needed): a warp-specialized one-pass backward (FlashAttention-3's
+  five matmuls per tile pair, where the two-pass backward runs seven: the causal backward's gap to cuDNN,
+  0.69 at S = 8192 in the sixteenth round, is about 5 / 7). dQ added inside the specialized query loop
+  by a descriptor's atomic_add (TMA reduce-add) or by plain pointer tl.atomic_add (relaxed, fp32): in a
+  minimal kernel (descriptor loads, 64x128/w4/s2, D = 128, sm_90) NVGPUWarpSpecialization fails on
+  triton 3.6 and on 3.9 for both; the same kernel without the add compiles specialized.
 """
 from __future__ import annotations
 
