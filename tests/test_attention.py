@@ -61,6 +61,20 @@ def test_any_layout_of_q_k_v_gives_the_reference(n_q, d):
                                atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("d", [1, 4, 8, 12, 40, 100])
+def test_the_printed_kernel_is_wrong_wherever_its_head_dim_block_is_wider_than_d(d):
+    """The head-dim block is next_power_of_2(d), and at least tl.dot's 16: wherever it is wider than d (d not
+    a power of two, or below 16) each row of the printed kernel (row masks only) takes in the next row's first
+    elements. The head-dim mask (attention) is right at every one."""
+    from kernels import attention_writeup, launch_config
+
+    q, k, v = randn(8, d, seed=1), randn(20, d, seed=2), randn(20, d, seed=3)
+    assert launch_config(20, d)["BLOCK_V"] > d
+    ref = attention_ref(q.double(), k.double(), v.double())
+    assert max_abs_diff(attention_writeup(q, k, v), ref) > 0.05
+    torch.testing.assert_close(attention(q, k, v).double(), ref, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.skipif(ON_GPU, reason="on a GPU it compiles for that GPU")
 def test_shared_memory_required_says_it_needs_a_gpu():
     from kernels import shared_memory_required

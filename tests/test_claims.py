@@ -592,10 +592,14 @@ CASES = [
                       "softmax/performance": frame([needs_gpu("timing softmax")], CPU)}, NEEDS_GPU,
          "counting the CUDA kernels", id="interpreter"),
 
-    # 18: the printed attention kernel is wrong exactly at head dims that are not powers of two
+    # 18: the printed attention kernel is wrong exactly where its head-dim block pads d (not a power of two, < 16)
     case(18, head_dims, REPRODUCED, "triton_writeup: wrong (outside the FlashAttention rule) at d = [48, 80]",
          "d=48: 0.92", "triton: wrong (outside the FlashAttention rule) at d = none", id="wrong-exactly-off-powers"),
     case(18, lambda: head_dims(printed_wrong=(48,)), NUANCE, "at d = [48]", "only in part", id="wrong-at-some"),
+    case(18, lambda: head_dims(printed_wrong=(8, 48, 80), dims=(8, 32, 48, 64, 80)), REPRODUCED, "below 16",
+         id="wrong-below-16-too"),
+    case(18, lambda: head_dims(dims=(8, 32, 48, 64, 80)), NUANCE, "pads the head dims [8, 48, 80]",
+         id="right-below-16"),
     case(18, lambda: head_dims(fixed_wrong=(80,)), NOT_REPRODUCED, "triton: wrong (outside the FlashAttention rule) at d = [80]",
          id="fix-wrong"),
     case(18, lambda: head_dims(printed_wrong=(), dims=(32, 64)), NOT_REPRODUCED, id="only-powers-of-two"),

@@ -76,6 +76,15 @@ def test_nan_input_gets_torchs_forward_and_gradient(p):
         torch.testing.assert_close(dx, xt.grad)
 
 
+def test_the_printed_kernel_turns_nan_into_zero():
+    """The writeup's relu is tl.maximum(x, 0.0), which returns 0 for NaN (torch.relu keeps it): a case the
+    writeup did not test. relu_dropout keeps it."""
+    x = torch.tensor([float("nan"), 2.0, -1.0, 0.0] * 256, device=DEVICE)
+    nan = x.isnan()
+    assert relu_dropout_writeup(x, 0.0, seed=3)[nan].eq(0).all()
+    assert relu_dropout(x, 0.0, seed=3)[nan].isnan().all() and torch.relu(x)[nan].isnan().all()
+
+
 @pytest.mark.parametrize("p, error", [(-0.1, ValueError), (1.0, ValueError), (1.5, ValueError),
                                       (float("nan"), ValueError), ("0.5", TypeError), (True, TypeError)])
 def test_bad_p_is_refused(p, error):  # a value out of range: ValueError; not a number at all: TypeError

@@ -31,7 +31,8 @@ correctness:
 head_dims:
   n_q: {$ref: "#/$defs/size"}
   n_k: {$ref: "#/$defs/size"}
-  head_dims: {type: array, items: {$ref: "#/$defs/head_dim"}, minItems: 1}
+  head_dims: {description: "below 16 too: the kernels pad the head-dim block to tl.dot's 16", type: array,
+              items: {type: integer, minimum: 1, maximum: 256}, minItems: 1}
   dtypes: {$ref: "#/$defs/dtypes"}
 wall:
   n_q: {$ref: "#/$defs/size"}
@@ -250,14 +251,18 @@ def attention_wall(t, s):
             "wall, never a wrong result"), FALSE_POINT_HOLDS
 
 
-def _power_of_two(n: int) -> bool:
-    return n & (n - 1) == 0
+def _padded_dims(dims) -> set[int]:
+    """The head dims at which the kernels' head-dim block is wider than d: not a power of two, or below
+    tl.dot's minimum block (kernels.launch_config)."""
+    from kernels import launch_config
+
+    return {d for d in dims if launch_config(1, d)["BLOCK_V"] != d}
 
 
 @claim(18, ['attention/head_dims'])
 def attention_head_dims(t, s):
-    """Finding: the printed kernel (row masks only, BLOCK_V = next_power_of_2(d)) is wrong wherever d is
-    not a power of two, and the head-dim mask fixes it."""
+    """Finding: the printed kernel (row masks only, a head-dim block of next_power_of_2(d), at least 16 for
+    tl.dot) is wrong wherever that block is wider than d, and the head-dim mask fixes it."""
     d = ok(t["attention/head_dims"], metric="matches")
     if d.empty:
         return "no head dim was run", NOT_REPRODUCED
@@ -273,15 +278,15 @@ def attention_head_dims(t, s):
         else:
             fixed &= not wrong
     measured = "; ".join(parts) + skipped(t["attention/head_dims"])
-    dims = {int(x) for x in d["d"].unique()}
-    odd = {x for x in dims if not _power_of_two(x)}
-    if not odd or printed_wrong is None or not (odd & printed_wrong) or not fixed:
+    padded = _padded_dims(int(x) for x in d["d"].unique())
+    if not padded or printed_wrong is None or not (padded & printed_wrong) or not fixed:
         return measured, NOT_REPRODUCED
-    if printed_wrong == odd:
+    if printed_wrong == padded:
         return (measured + " - as printed, the kernel reads (and writes) the next row's first elements at every head "
-                "dim that is not a power of two; the one-line fix (a head-dim mask) is right at every one"), REPRODUCED
-    return (measured + f" - as printed it is wrong at d = {sorted(printed_wrong)}, while the head dims that are not "
-            f"powers of two are {sorted(odd)}: the pattern holds only in part"), NUANCE
+                "dim its block pads (not a power of two, or below 16); the one-line fix (a head-dim mask) is right "
+                "at every one"), REPRODUCED
+    return (measured + f" - as printed it is wrong at d = {sorted(printed_wrong)}, while its block pads the head dims "
+            f"{sorted(padded)}: the pattern holds only in part"), NUANCE
 
 
 # --- numbers derived from its tables ------------------------------------------------------------------------
@@ -304,10 +309,10 @@ def wall_summary(attn: pd.DataFrame) -> pd.DataFrame:
 @figure("attention_head_dims", ["attention/head_dims"], "Attention", caption="""
 The writeup's attention kernel at every head dimension d of the sweep (n_q and n_k fixed): max absolute
 difference from an fp64 reference, on a log axis, for the kernel as printed (its loads and stores are masked
-along rows only, and its head-dim block is ``next_power_of_2(d)``) and for the same kernel with a head-dim
-mask (``kernels.attention``). Dotted: powers of two. Where d is not a power of two the printed kernel reads
-the next row's first elements (and writes into them): the softmax bug's shape of mistake, along the other
-axis. Claim 18.""")
+along rows only, and its head-dim block is ``next_power_of_2(d)``, at least tl.dot's 16) and for the same
+kernel with a head-dim mask (``kernels.attention``). Dotted: head dims whose block is d itself. Where the
+block is wider (d not a power of two, or below 16) the printed kernel reads the next row's first elements
+(and writes into them): the softmax bug's shape of mistake, along the other axis. Claim 18.""")
 def figure_attention_head_dims(t):
     return plot_attention_head_dims(t["attention/head_dims"])
 
@@ -335,10 +340,11 @@ def plot_attention_head_dims(df: pd.DataFrame) -> plt.Figure:
                  .fillna(d["provider"]) + ", " + d["dtype"])
     fig, ax = plt.subplots(figsize=(8, 4.4))
     sns.lineplot(data=d, x="d", y="value", hue="series", style="series", markers=True, dashes=False, ax=ax)
+    padded = _padded_dims(int(x) for x in d["d"].unique())
     for dim in sorted(d["d"].unique()):
-        if int(dim) & (int(dim) - 1) == 0:
+        if int(dim) not in padded:
             ax.axvline(dim, color="grey", lw=0.6, ls=":")
-    ax.set(yscale="log", xlabel="head dim d (dotted: powers of two)", ylabel="max |out - fp64 reference| (log)",
+    ax.set(yscale="log", xlabel="head dim d (dotted: the head-dim block is d itself)", ylabel="max |out - fp64 reference| (log)",
            title=f"the writeup's attention kernel at every head dim, n_q={int(d['n_q'].iloc[0])}, "
                  f"n_k={int(d['n_k'].iloc[0])} ({plots.device_of(df)})")
     ax.title.set_fontsize(9)
