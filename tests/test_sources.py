@@ -74,6 +74,20 @@ def test_an_experiment_depends_on_what_it_uses_and_not_on_its_units_figures(proj
     assert code("correctness")[1] != first
 
 
+def test_comments_docstrings_and_blank_lines_are_not_code(project):
+    """The hash reads the code, not what explains it: correcting a comment or a docstring, in the unit or
+    in a module it imports, reruns nothing; a string that is not a docstring is code."""
+    first = code("correctness")[1]
+    unit, helper = project / "units" / "toy.py", project / "helper.py"
+    edit(unit, '"""A unit."""', '"""A unit, explained at length.\n\nNow over three lines: ≥ 2 of them."""')
+    edit(unit, "LIMIT = 3", "LIMIT = 3  # the largest input\n\n")
+    edit(unit, "def correctness(s):\n", 'def correctness(s):\n    """Check each input."""\n')
+    helper.write_text('def check(x):\n    """x, unchanged."""  # a comment\n    return x\n')
+    assert code("correctness")[1] == first
+    helper.write_text('def check(x):\n    "x, unchanged."\n    return x, "# not a comment"\n')
+    assert code("correctness")[1] != first
+
+
 def test_a_module_it_imports_counts_whole_and_a_registry_not_at_all(project):
     first, drawn = code("correctness")[1], code("draw")[1]
     (project / "units" / "__init__.py").write_text("def experiment(): ...\n_new = 1\n")

@@ -51,9 +51,9 @@ FIGURES = {f"figure_{name}" for name in units.figures()}
 
 @contextlib.contextmanager
 def edited(path):
-    """Append a comment to a source file (a change of content, not of behaviour), then restore it."""
+    """Append a statement to a source file (a change of code, not of behaviour), then restore it."""
     original = path.read_bytes()
-    path.write_bytes(original + b"\n# edited by a test\n")
+    path.write_bytes(original + b"\n_edited_by_a_test = 1\n")
     try:
         yield
     finally:
@@ -98,6 +98,17 @@ def test_editing_a_kernel_reruns_its_tables_only(project):
     assert set(plan) - EXPERIMENT_RULES == {"figure_softmax_bug", "figure_bandwidth",
                                             "figure_ceiling_fraction", "figure_fusion", "figure_softmax_widths",
                                             "report", "all"}
+
+
+def test_editing_a_comment_or_a_docstring_plans_nothing(project):
+    path = project / "kernels/_softmax.py"
+    original = path.read_text()
+    assert original.startswith('"""Kernel 3 of the writeup')
+    path.write_text("# a comment\n" + original.replace('"""Kernel 3 of the writeup', '"""Kernel three of the writeup', 1))
+    try:
+        assert planned(project) == {}
+    finally:
+        path.write_text(original)
 
 
 def test_editing_a_plot_reruns_figures_and_report_only(project):

@@ -8,12 +8,16 @@ the rest of the file: editing a figure of a unit reruns none of its experiments.
 another unit (``from .softmax import NAIVE``) counts as that name's slice of it.
 
 Registries and discovery (``REGISTRIES``) are left out: they decide *which* experiments exist, not what
-any of them computes, so adding a unit or a kernel module changes no other table's hash.
+any of them computes, so adding a unit or a kernel module changes no other table's hash. The hash reads
+the code, not what explains it: comments, docstrings and blank lines are left out (``code_only``), so
+correcting a comment reruns nothing.
 """
 from __future__ import annotations
 
 import ast
 import hashlib
+import io
+import tokenize
 from functools import lru_cache
 from pathlib import Path
 
@@ -167,13 +171,41 @@ def declaration_code(module: str, *names: str) -> tuple[list[str], str]:
     the code it depends on (the slice of its own module and of any unit it takes names from, the whole of
     every other file)."""
     source, files, units = _slice(module, tuple(sorted(names)))
-    h = hashlib.sha256(source.encode() + b"\0" + digest(files).encode())
+    h = hashlib.sha256(code_only(source).encode() + b"\0" + digest(files).encode())
     return sorted({*files, *units, _relative(path_of(module))}), h.hexdigest()[:16]
 
 
 def digest(files) -> str:
-    """Content hash of ``files`` (paths relative to the project root): what changes when code changes."""
+    """Content hash of ``files`` (paths relative to the project root): what changes when code changes
+    (a Python file's code_only, any other file's bytes)."""
     h = hashlib.sha256()
     for f in sorted(files):
-        h.update(f.encode() + b"\0" + (ROOT / f).read_bytes() + b"\0")
+        data = (ROOT / f).read_bytes()
+        h.update(f.encode() + b"\0" + (code_only(data.decode()).encode() if f.endswith(".py") else data) + b"\0")
     return h.hexdigest()[:16]
+
+
+def code_only(text: str) -> str:
+    """Python source less its comments, its docstrings (each on lines of its own) and its blank lines and
+    trailing blanks. Line-based, not ast.dump (whose output differs between Python versions), so the hash
+    is the same wherever it is computed. Text that does not parse is returned as it is."""
+    lines = text.splitlines()
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.COMMENT:  # a comment runs to the end of its line
+                row, col = token.start
+                lines[row - 1] = lines[row - 1][:col]
+        tree = ast.parse(text)
+    except (SyntaxError, tokenize.TokenError):
+        return text
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) or not node.body:
+            continue
+        doc = node.body[0]
+        if not (isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)):
+            continue
+        before = lines[doc.lineno - 1].encode()[:doc.col_offset]  # ast's columns count UTF-8 bytes
+        after = lines[doc.end_lineno - 1].encode()[doc.end_col_offset:]
+        if not before.strip() and not after.strip():  # not `def f(): """..."""` nor `"""..."""; x = 1`
+            lines[doc.lineno - 1:doc.end_lineno] = [""] * (doc.end_lineno - doc.lineno + 1)
+    return "\n".join(line.rstrip() for line in lines if line.strip())
