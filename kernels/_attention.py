@@ -8,8 +8,9 @@ launch it ("out of resource: shared memory"): the wall the writeup names. This i
 ``attention_writeup`` is the writeup's kernel as printed. Its loads and stores are masked along rows
 only, while the head-dim block is BLOCK_V = next_power_of_2(d), and at least 16 (tl.dot's smallest): for
 a head dim that is not a power of two, or below 16, each row reads (and writes) BLOCK_V - d elements of
-the next row, the softmax bug's shape of mistake along the other axis. ``attention`` is that kernel with the one-line fix, a head-dim mask on every load
-and store (the variant ``head_dim_mask``); otherwise identical.
+the next row, the softmax bug's shape of mistake along the other axis. ``attention`` is that kernel
+with the one-line fix, a head-dim mask on every load and store (the variant ``head_dim_mask``);
+otherwise identical.
 """
 from __future__ import annotations
 
@@ -100,11 +101,11 @@ def attention_kernel(
 @serialized
 def attention_writeup(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """The writeup's kernel as printed; same contract as ``attention``, but wrong wherever its head-dim
-    block is wider than d: d not a power of two, or below 16. The writeup does not show its launcher. This one copies q, k, v into buffers with
-    BLOCK_V - d zeros after them and writes into such a buffer, so the reads and writes past a row stay
-    in memory it owns: what they touch is the next row (the bug), or zeros after the last. Not
-    differentiable: inputs that require grad are refused (RuntimeError). Inside torch.compile it runs
-    eagerly (a graph break, so fullgraph=True refuses it)."""
+    block is wider than d: d not a power of two, or below 16. The writeup does not show its launcher.
+    This one copies q, k, v into buffers with BLOCK_V - d zeros after them and writes into such a
+    buffer, so the reads and writes past a row stay in memory it owns: what they touch is the next row
+    (the bug), or zeros after the last. Not differentiable: inputs that require grad are refused
+    (RuntimeError). Inside torch.compile it runs eagerly (a graph break, so fullgraph=True refuses it)."""
     args, cfg = _arguments(q, k, v)
     _checks.forward_only("attention_writeup", q=q, k=k, v=v)
     q, k, v, out, row_stride, col_stride, n_q, n_k, d, scale = args
