@@ -71,8 +71,8 @@ DIAGONAL_FWD = (64, 8, 2)
 # cuts: for the forward after the TMA kernel, with DIAGONAL_FWD's sizes and the tile's BLOCK_M; for dK/dV before
 # it, with the tile's sizes and DIAGONAL_DKDV's warps and stages, leaving its partial sums in fp32, a scratch
 # buffer per call of 4x K's size in bf16), '/ws/masked' runs every tile in the TMA kernel, masked, in one launch.
-# H200, head_dim 128, bf16 (tune_flash.py, seventeenth round): the masked forward 7% faster at S = 4096 and 3-7%
-# slower at 8192-16384, the masked dK/dV 2-6% faster; at head_dim 64 the split forward faster everywhere.
+# H200, head_dim 128, bf16 (tune_flash.py, seventeenth round): the masked forward 7.6% faster at S = 4096 and
+# 2.5-6.5% slower at 8192-16384, the masked dK/dV 2-6% faster; at head_dim 64 the split forward faster everywhere.
 DIAGONAL_DKDV = (8, 2)
 # The causal pointer dK/dV and dQ kernels take their programs longest first across heads (H200: dK/dV 8% faster
 # at head_dim 64, S = 4096; dQ 2% at head_dim 128; tune_flash.py, eleventh round).
