@@ -189,7 +189,7 @@ def code_only(text: str) -> str:
     """Python source less its comments, its docstrings (each on lines of its own) and its blank lines and
     trailing blanks. Line-based, not ast.dump (whose output differs between Python versions), so the hash
     is the same wherever it is computed. Text that does not parse is returned as it is."""
-    lines = text.splitlines()
+    lines = text.split("\n")  # as tokenize and ast count lines (splitlines also breaks at \x0c, \u2028...)
     try:
         for token in tokenize.generate_tokens(io.StringIO(text).readline):
             if token.type == tokenize.COMMENT:  # a comment runs to the end of its line
