@@ -115,8 +115,8 @@ def softmax_writeup(x: torch.Tensor, block_size: int | None = None, *,
     """The writeup's kernel: one program per row, one block of ``block_size`` columns.
 
     block_size=None sizes the block to the row (the fix); an explicit block_size is used as is, so
-    block_size=1024 silently drops every column past 1024 (the writeup's bug). ``out`` (optional)
-    receives the result; columns the kernel never writes keep their old content. Not differentiable: an
+    block_size=1024 silently drops every column past 1024 (the writeup's bug). ``out`` (optional, any
+    layout) receives the result; columns the kernel never writes keep their old content. Not differentiable: an
     x that requires grad is refused (RuntimeError).
     Inside torch.compile it runs eagerly (a graph break, so fullgraph=True refuses it).
     """
@@ -127,11 +127,14 @@ def softmax_writeup(x: torch.Tensor, block_size: int | None = None, *,
     out = _out(x, out)  # checked against x as given, before any copy
     if x.stride(1) != 1:
         x = x.contiguous()
-    if out.stride(1) != 1 and n_cols > 1:  # one column's stride is never used
-        raise ValueError("out must have unit stride along its columns")
+    # the kernel takes a row stride only: an out of other columns gets the result through a dense copy of
+    # itself, so that the columns the kernel does not write still keep their old content
+    dense = out if out.stride(1) == 1 or n_cols == 1 else out.contiguous()
     if n_rows and n_cols:
-        _softmax_kernel[(n_rows,)](out, x, x.stride(0), out.stride(0), n_cols,
+        _softmax_kernel[(n_rows,)](dense, x, x.stride(0), dense.stride(0), n_cols,
                                    BLOCK_SIZE=block_size, num_warps=_writeup_warps(block_size))
+    if dense is not out:
+        out.copy_(dense)
     return out
 
 

@@ -41,6 +41,17 @@ def test_hardcoded_block_silently_drops_columns(n_cols):
     assert not torch.allclose(out[:, :1024], torch.softmax(x, -1)[:, :1024], atol=1e-6)
 
 
+def test_the_writeup_kernel_writes_into_an_out_of_any_layout():
+    """Its kernel takes a row stride only; an out whose columns are not adjacent gets the same result, the
+    columns the kernel never writes keeping their old content."""
+    x = randn(4, 2000, seed=1)
+    for block_size in (None, 1024):
+        want = softmax_writeup(x, block_size, out=torch.full_like(x, float("nan")))
+        out = torch.full((2000, 4), float("nan"), device=x.device).t()  # column stride 4
+        assert softmax_writeup(x, block_size, out=out) is out
+        torch.testing.assert_close(out, want, equal_nan=True, atol=0, rtol=0)
+
+
 def test_fix_at_2000():
     x = randn(4, 2000, seed=1)
     buggy = softmax(x, block_size=1024, out=torch.zeros_like(x))
