@@ -12,7 +12,12 @@ own (the kernels compile once per process, with the form the module holds):
 - ``relaxed``: every thread polling with a relaxed load (``ld.relaxed.gpu``, no read-modify-write on the
   line the arrivals add to), then one ``fence.acq_rel.gpu``;
 - ``none``: no wait at all: wrong results (the ``ok`` column says so), and the speed the paths would have if
-  the meeting cost nothing: the bound on what any better wait can give.
+  the meeting cost nothing: the bound on what any better wait can give;
+- ``no_exchange``: as ``none``, and the split forward publishes no partials either (no stores of them, no
+  arrival): what reading and writing the rows alone costs it (wrong results);
+- ``no_store``: the committed wait, and the forwards store no output (Triton then drops the output's
+  arithmetic): what reading the rows and exchanging partials costs (wrong results). With the committed form
+  and ``no_exchange`` this splits the split forward's time between reading, the exchange and writing.
 
 For the split forward in fp32 it also times other chunk sizes (``chunk``/``warps`` columns). Each row of the CSV:
 form, direction, dtype, width, sizes, GB/s, the fraction of a copy of the same tensor timed in that process,
@@ -40,7 +45,7 @@ from kernels import softmax, softmax_backward
 from kernels._triton import tl, triton
 
 BYTES = 2**28
-FORMS = ("atomic", "relaxed", "none")
+FORMS = ("atomic", "relaxed", "none", "no_exchange", "no_store")
 FP32_FORWARD_SIZES = ((4096, 4), (8192, 4), (8192, 8), (16384, 16))
 
 
@@ -69,9 +74,24 @@ def _wait_none(counter_ptr, target):
     pass
 
 
+@triton.jit
+def _publish_none(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr):
+    pass
+
+
+@triton.jit
+def _store_none(ptrs, value, mask, EVEN: tl.constexpr):
+    pass
+
+
 def measure(form: str, widths: list[int]) -> list[dict]:
-    if form != "atomic":  # before any kernel compiles: the kernels resolve _wait from the module at compile time
+    # before any kernel compiles: the kernels resolve these from the module at compile time
+    if form in ("relaxed", "none", "no_exchange"):
         sm._wait = _wait_relaxed if form == "relaxed" else _wait_none
+    if form == "no_exchange":
+        sm._publish = _publish_none
+    if form == "no_store":
+        sm._store = _store_none
     rows = []
     for dtype in (torch.float32, torch.bfloat16):
         for n in widths:
