@@ -593,11 +593,13 @@ CASES = [
          "counting the CUDA kernels", id="interpreter"),
 
     # 18: the printed attention kernel is wrong exactly where its head-dim block pads d (not a power of two, < 16)
-    case(18, head_dims, REPRODUCED, "triton_writeup: wrong (outside the FlashAttention rule) at d = [48, 80]",
-         "d=48: 0.92", "triton: wrong (outside the FlashAttention rule) at d = none", id="wrong-exactly-off-powers"),
+    case(18, lambda: head_dims(printed_wrong=(8, 48, 80), dims=(8, 32, 48, 64, 80)), REPRODUCED,
+         "triton_writeup: wrong (outside the FlashAttention rule) at d = [8, 48, 80]", "d=48: 0.92",
+         "triton: wrong (outside the FlashAttention rule) at d = none", "below 16", id="wrong-exactly-where-padded"),
+    case(18, head_dims, NUANCE, "at d = [48, 80]", "no head dim below 16", id="nothing-below-16-measured"),
+    case(18, lambda: head_dims(printed_wrong=(8,), dims=(8, 32, 64)), NUANCE, "no head dim of 16 or more",
+         id="no-odd-dim-measured"),
     case(18, lambda: head_dims(printed_wrong=(48,)), NUANCE, "at d = [48]", "only in part", id="wrong-at-some"),
-    case(18, lambda: head_dims(printed_wrong=(8, 48, 80), dims=(8, 32, 48, 64, 80)), REPRODUCED, "below 16",
-         id="wrong-below-16-too"),
     case(18, lambda: head_dims(dims=(8, 32, 48, 64, 80)), NUANCE, "pads the head dims [8, 48, 80]",
          id="right-below-16"),
     case(18, lambda: head_dims(fixed_wrong=(80,)), NOT_REPRODUCED, "triton: wrong (outside the FlashAttention rule) at d = [80]",

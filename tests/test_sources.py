@@ -112,3 +112,20 @@ def code_of(unit, name):
     for cached in (sources.closure, sources._slice):
         cached.cache_clear()
     return sources.declaration_code(f"lab.units.{unit}", name)[1]
+
+
+@pytest.mark.parametrize("old, new", [
+    ('s = """a\n\nb"""\n', 's = """a\nb"""\n'),  # a blank line inside a string is its content
+    ('s = """a  \nb"""\n', 's = """a\nb"""\n'),  # so are trailing blanks
+    ('x = "# not a comment"\n', 'x = ""\n'),
+    ('def f():\n    """doc"""; return 1\n', 'def f():\n    """doc"""; return 2\n'),
+])
+def test_code_only_keeps_what_is_code(old, new):
+    assert sources.code_only(old) != sources.code_only(new)
+
+
+def test_code_only_drops_only_explanations():
+    plain = "a = 1\ndef f():\n    return 2\nb = 3"
+    assert sources.code_only('"""Module."""\na = 1  # one\r\ndef f():\r\n    """Doc,\n\n    long."""\n\n    return 2\rb = 3\n') \
+        == plain  # any line ending, as Python reads them
+    assert sources.code_only('x = "\\d"  # an invalid escape: a warning, an error under -W error\n') == 'x = "\\d"'

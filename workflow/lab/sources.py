@@ -18,6 +18,7 @@ import ast
 import hashlib
 import io
 import tokenize
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
@@ -187,18 +188,25 @@ def digest(files) -> str:
 
 def code_only(text: str) -> str:
     """Python source less its comments, its docstrings (each on lines of its own) and its blank lines and
-    trailing blanks. Line-based, not ast.dump (whose output differs between Python versions), so the hash
-    is the same wherever it is computed. Text that does not parse is returned as it is."""
+    trailing blanks outside string literals. Line-based, not ast.dump (whose output differs between Python
+    versions), so the hash is the same wherever it is computed. Text that does not parse is returned as it is."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # as Python reads a source file
     lines = text.split("\n")  # as tokenize and ast count lines (splitlines also breaks at \x0c, \u2028...)
     try:
-        for token in tokenize.generate_tokens(io.StringIO(text).readline):
-            if token.type == tokenize.COMMENT:  # a comment runs to the end of its line
-                row, col = token.start
-                lines[row - 1] = lines[row - 1][:col]
-        tree = ast.parse(text)
-    except (SyntaxError, tokenize.TokenError):
+        with warnings.catch_warnings():  # an invalid escape is a SyntaxWarning, an error under -W error
+            warnings.simplefilter("ignore")
+            tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+            tree = ast.parse(text)
+    except (SyntaxError, ValueError, tokenize.TokenError):
         return text
+    for token in tokens:
+        if token.type == tokenize.COMMENT:  # a comment runs to the end of its line
+            row, col = token.start
+            lines[row - 1] = lines[row - 1][:col]
+    verbatim = set()  # lines that end inside a multi-line string: their blanks are the string's content
     for node in ast.walk(tree):
+        if isinstance(node, (ast.Constant, ast.JoinedStr)) and node.end_lineno > node.lineno:
+            verbatim.update(range(node.lineno - 1, node.end_lineno - 1))
         if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) or not node.body:
             continue
         doc = node.body[0]
@@ -207,5 +215,6 @@ def code_only(text: str) -> str:
         before = lines[doc.lineno - 1].encode()[:doc.col_offset]  # ast's columns count UTF-8 bytes
         after = lines[doc.end_lineno - 1].encode()[doc.end_col_offset:]
         if not before.strip() and not after.strip():  # not `def f(): """..."""` nor `"""..."""; x = 1`
-            lines[doc.lineno - 1:doc.end_lineno] = [""] * (doc.end_lineno - doc.lineno + 1)
-    return "\n".join(line.rstrip() for line in lines if line.strip())
+            lines[doc.lineno - 1:doc.end_lineno] = [None] * (doc.end_lineno - doc.lineno + 1)
+    return "\n".join(line if i in verbatim else line.rstrip() for i, line in enumerate(lines)
+                     if line is not None and (i in verbatim or i - 1 in verbatim or line.strip()))
