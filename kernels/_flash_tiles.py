@@ -195,8 +195,8 @@ def choose(key: tuple, candidates: list[Tile], run) -> Tile:
     if torch.cuda.is_available():
         # do_bench_cudagraph times on a new stream that does not wait for this one: its first runs would
         # overlap the caller's queued kernels, writing buffers they still use (a freed tensor-descriptor
-        # scratch, the forward's lse); seen on the H200 as "illegal instruction" and NaN gradients when six
-        # processes tuned at once, each one's kernels queued for longer
+        # scratch, the forward's lse): the likely cause of the "illegal instruction" and NaN gradients seen on
+        # the H200 when six processes tuned at once, each one's kernels queued for longer
         torch.cuda.current_stream().synchronize()
     timings[key] = {}
     for candidate in candidates:

@@ -282,11 +282,11 @@ def attention_head_dims(t, s):
     if not padded or printed_wrong is None or not (padded & printed_wrong) or not fixed:
         return measured, NOT_REPRODUCED
     if printed_wrong == padded:
-        unmeasured = [what for what, dims in (("no head dim below 16", {x for x in padded if x < 16}),
-                                              ("no head dim of 16 or more that is not a power of two",
-                                               {x for x in padded if x >= 16})) if not dims]
-        if unmeasured:  # the pattern holds where it was measured, but one half of the claim was not
-            return (measured + f" - wrong exactly where its block pads d, but the sweep had {unmeasured[0]}: the "
+        small = {x for x in padded if x & (x - 1) == 0}  # padded though a power of two: below tl.dot's minimum
+        missing = "no head dim below 16" if not small else \
+            "no head dim of 16 or more that is not a power of two" if small == padded else None
+        if missing:  # the pattern holds where it was measured, but one half of the claim was not
+            return (measured + f" - wrong exactly where its block pads d, but the sweep had {missing}: the "
                     "claim holds only as far as it was measured"), NUANCE
         return (measured + " - as printed, the kernel reads (and writes) the next row's first elements at every head "
                 "dim its block pads (not a power of two, or below 16); the one-line fix (a head-dim mask) is right "
