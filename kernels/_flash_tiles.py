@@ -178,6 +178,14 @@ def _write(key: tuple, tile: Tile) -> None:
 
 
 @serialized  # one thread tunes at a time, and no other thread launches a kernel of ours meanwhile
+def _wait_for_caller() -> None:
+    """do_bench_cudagraph times on a new stream that does not wait for the caller's: its first runs would
+    overlap the caller's queued kernels, writing buffers they still use (a freed tensor-descriptor scratch,
+    the forward's lse): the likely cause of the "illegal instruction" and NaN gradients seen on the H200 when
+    six processes tuned at once, each one's kernels queued for longer. So tuning starts when they are done."""
+    torch.cuda.current_stream().synchronize()
+
+
 def choose(key: tuple, candidates: list[Tile], run) -> Tile:
     """The tile for bucket ``key`` (its first item names the kernel); ``run(tile)`` launches it once."""
     tile = _pinned.get(key[0]) or _chosen.get(key)
@@ -193,11 +201,7 @@ def choose(key: tuple, candidates: list[Tile], run) -> Tile:
         tile = _chosen[key] = stored
         return tile
     if torch.cuda.is_available():
-        # do_bench_cudagraph times on a new stream that does not wait for this one: its first runs would
-        # overlap the caller's queued kernels, writing buffers they still use (a freed tensor-descriptor
-        # scratch, the forward's lse): the likely cause of the "illegal instruction" and NaN gradients seen on
-        # the H200 when six processes tuned at once, each one's kernels queued for longer
-        torch.cuda.current_stream().synchronize()
+        _wait_for_caller()
     timings[key] = {}
     for candidate in candidates:
         try:

@@ -17,6 +17,7 @@ __all__ = ["vector_add", "vector_add_ref", "vector_add_unmasked", "vector_add_wr
 
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.int32)
+BLOCK_SIZE = 1024  # the writeup's block, the default of both kernels
 
 
 @triton.jit
@@ -40,14 +41,14 @@ def _vector_add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constex
     tl.store(out_ptr + offsets, x + y, mask=mask)
 
 
-def vector_add(x: torch.Tensor, y: torch.Tensor, block_size: int = 1024) -> torch.Tensor:
+def vector_add(x: torch.Tensor, y: torch.Tensor, block_size: int = BLOCK_SIZE) -> torch.Tensor:
     """x + y for same-shape tensors of any rank, size and strides; the result is a new contiguous tensor.
     Differentiable (the gradient of each input is the output's gradient); works inside torch.compile."""
     return _add(_vector_add_kernel, x, y, block_size)
 
 
 @torch.compiler.disable  # Dynamo cannot trace Triton's launcher: no custom op for this one
-def vector_add_writeup(x: torch.Tensor, y: torch.Tensor, block_size: int = 1024) -> torch.Tensor:
+def vector_add_writeup(x: torch.Tensor, y: torch.Tensor, block_size: int = BLOCK_SIZE) -> torch.Tensor:
     """The writeup's kernel as printed (int32 offsets: it faults past 2**31 elements); same contract otherwise
     (differentiable too). Inside torch.compile it runs eagerly (a graph break, so fullgraph=True refuses it)."""
     return _add(add_kernel, x, y, block_size)

@@ -3,11 +3,14 @@ import pytest
 from kernels import backend
 
 
-def test_resolve_auto_matches_the_machine():
+@pytest.mark.parametrize("interpret", ["", "1"])
+@pytest.mark.parametrize("cuda", [False, True])
+def test_resolve_auto_matches_the_machine(monkeypatch, interpret, cuda):
     import torch
 
-    expected = "gpu" if torch.cuda.is_available() else "interpreter"
-    assert backend.resolve("auto") in (expected, "interpreter")  # interpreter if TRITON_INTERPRET is set
+    monkeypatch.setenv("TRITON_INTERPRET", interpret)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    assert backend.resolve("auto") == ("gpu" if cuda and not interpret else "interpreter")
 
 
 def test_unknown_backend_is_refused():

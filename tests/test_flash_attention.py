@@ -385,10 +385,10 @@ def test_the_tma_forwards_finite_start_gives_what_the_pointer_kernel_gives(causa
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")
 @pytest.mark.parametrize("sq, sk", [(200, 200), (130, 70), (70, 200)])
-def test_the_causal_tma_forward_runs_every_tile_once_in_its_order(sq, sk, causal_ws):
+def test_the_causal_tma_forward_schedule_leaves_no_tile_out(sq, sk, causal_ws):
     """The causal split's TMA part takes its tiles longest first, every head's of one length together, in
     a grid of 3 programs (the interpreter's), rounds alternately forwards and backwards, the last partial:
-    each tile runs once."""
+    every output row right means no tile was left out."""
     check(*qkv(2, 3, sq, sk, 16, torch.float16), True, torch.float16)
 
 

@@ -128,22 +128,31 @@ def test_tuning_allocates_no_scratch_beyond_the_problem():
     assert first < 2 * later, (first, later)
 
 
-def test_tuning_waits_for_the_work_its_caller_queued():
+def test_tuning_waits_for_the_work_its_caller_queued(monkeypatch):
     """triton.testing.do_bench_cudagraph times on a new stream: its first runs must come after the
-    kernels the caller queued, not beside them (else they write buffers those kernels still use)."""
-    flag = torch.zeros(1, device="cuda")
-    seen = []
+    kernels the caller queued, not beside them (else they write buffers those kernels still use). The
+    same check without the wait must see the race, or it could not fail."""
+    def reads(key) -> list[float]:
+        flag = torch.zeros(1, device="cuda")
+        seen = []
 
-    def run(tile):  # what each timed run reads (those outside the graph captures kept)
-        read = flag.clone()
-        if not torch.cuda.is_current_stream_capturing():
-            seen.append(read)
+        def run(tile):  # what each timed run reads (those outside the graph captures kept)
+            read = flag.clone()
+            if not torch.cuda.is_current_stream_capturing():
+                seen.append(read)
 
-    torch.cuda._sleep(400_000_000)  # ~0.2 s of GPU time queued ahead of the write the runs must see
-    flag.fill_(1.0)
-    ft.choose(("fwd", "stream order"), [fa.Tile(64, 64, 4, 3), fa.Tile(32, 32, 4, 1)], run)
-    torch.cuda.synchronize()
-    assert seen and all(s.item() == 1.0 for s in seen), [s.item() for s in seen]
+        torch.cuda._sleep(400_000_000)  # ~0.2 s of GPU time queued ahead of the write the runs must see
+        flag.fill_(1.0)
+        ft.choose(key, [fa.Tile(64, 64, 4, 3), fa.Tile(32, 32, 4, 1)], run)
+        torch.cuda.synchronize()
+        assert seen
+        return [s.item() for s in seen]
+
+    waited = reads(("fwd", "stream order"))
+    assert all(r == 1.0 for r in waited), waited
+    monkeypatch.setattr(ft, "_wait_for_caller", lambda: None)
+    raced = reads(("fwd", "stream order, no wait"))
+    assert 0.0 in raced, f"without the wait no run saw the flag unset, so this check cannot fail here: {raced}"
 
 
 def cached() -> int:
@@ -227,7 +236,7 @@ def test_every_warp_specialized_tile_is_right_forward_lse_and_gradients(tile, le
         fa.pin()
 
 
-def test_the_tma_kernel_is_not_used_where_it_was_not_right_or_faster():
+def test_the_tma_kernel_is_not_used_at_a_head_dim_of_32_or_on_unaligned_rows():
     with torch.no_grad():
         q32 = qkv(d=32, grad=False)  # a head-dim block of 32: no '/ws' tile was measured there
         flash_attention(*q32)

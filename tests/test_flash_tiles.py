@@ -178,7 +178,7 @@ def test_tune_ahead_reports_the_tiles_it_will_use():
                                                          "bwd_dq": "32x32/w4/s1"}
 
 
-def test_warp_specialized_tiles_are_offered_only_where_they_were_measured_right_and_faster():
+def test_warp_specialized_tiles_are_candidates_only_where_the_tuning_rounds_kept_them():
     from kernels import _flash_attention as fa
 
     def ws(block_d, tma, kind="fwd"):

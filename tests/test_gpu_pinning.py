@@ -57,7 +57,7 @@ def test_shared_jobs_run_together_but_not_beside_a_timing_job(tmp_path, holder):
         gpu.claim(["0"], tmp_path, exclusive=True, poll_s=0.05, timeout_s=0.5)
 
 
-def test_pin_sets_visible_devices_before_torch(tmp_path, monkeypatch):
+def test_pin_narrows_visible_devices_to_one_it_holds(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     handles = gpu.pin(tmp_path, exclusive=True)
     assert os.environ["CUDA_VISIBLE_DEVICES"] in ("3", "5")

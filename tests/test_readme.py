@@ -33,6 +33,17 @@ def test_every_number_in_the_results_section_is_in_the_committed_report():
     assert not missing, f"README numbers not in results/nvidia-h200/report.md: {missing}"
 
 
+def test_the_verdict_tally_is_the_committed_reports():
+    """Small counts (11, 6, 3) appear somewhere in any report, so the tally is checked as a whole."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    report = (ROOT / "results/nvidia-h200/report.md").read_text()
+    tally = report.split("## Claims", 1)[1].strip().splitlines()[0]
+    assert re.fullmatch(r"\d+ [a-z].*", tally), tally  # the line that counts the verdicts
+    assert tally in readme, f"README does not quote the report's verdict tally: {tally!r}"
+    total = sum(int(n) for n in re.findall(r"(?:^|, )(\d+) ", tally))
+    assert f"{total - 3} claims of the writeup and 3 findings" in readme
+
+
 def test_the_number_check_can_fail():
     found = set(numbers("copy 4225 GB/s, ratio 1.403x, torch 2.11.0+cu130, commit `c52fb3b`"))
     assert matches("4225", found) and matches("1.4", found) and matches("2.11.0", found)

@@ -3,7 +3,8 @@ unit declares for it (``@claim`` in lab/units/), with the verdicts and helpers b
 
 A check reads only rows with status 'ok' (and the statuses that are results: 'raised', 'crashed',
 'out_of_resources'); what could not be measured here makes the verdict 'needs a GPU', never a guess, and
-a claim whose table is missing or records a failed experiment is 'not settled'. A statement that is
+a claim whose table is missing or records a failed experiment, or whose measurements contradict each other
+(a kernel against a reference that should match it), is 'not settled'. A statement that is
 false as written but whose point the data bear out is 'false as stated; the point holds', never a
 'nuance'. Probe points (n_cols=2000, the writeup's shapes) are settings in claims.yaml; ``probes`` names
 the config list each must be in, checked before any job runs (check_probes).
@@ -24,7 +25,7 @@ NUANCE = "reproduced with a nuance"
 FALSE_POINT_HOLDS = "false as stated; the point holds"
 NOT_REPRODUCED = "not reproduced"
 NEEDS_GPU = "needs a GPU"
-NOT_SETTLED = "not settled"  # a table it needs is missing or records a failed experiment
+NOT_SETTLED = "not settled"  # a table it needs is missing or failed, or its measurements contradict each other
 VERDICTS = (REPRODUCED, NUANCE, FALSE_POINT_HOLDS, NOT_REPRODUCED, NEEDS_GPU, NOT_SETTLED)
 CLAIMS = Path(__file__).resolve().parents[1] / "claims.yaml"
 

@@ -33,8 +33,8 @@ PERFORMANCE = tuple(f"{k}/performance" for k in MEMORY_BOUND)
 def fused_wins(t, s):
     f = fusion(t)
     if f.empty:
-        return ("bytes moved are counted in code (fused relu+dropout 2 passes vs 4 + a mask; fused softmax 2 passes "
-                "vs 8 for the naive five-op version), but time needs a GPU", NEEDS_GPU)
+        return ("the bytes each version moves are counted in code (the performance tables' bytes column), but "
+                "time needs a GPU", NEEDS_GPU)
     parts, verdicts = [], []
     for name, g in f.groupby("comparison", sort=False):
         g = g.sort_values("size")
@@ -64,6 +64,13 @@ def fused_wins(t, s):
         else:
             verdicts.append(NOT_REPRODUCED)
             text += " - the fused kernel is slower at the largest size"
+        # a win by round trips: the time ratio follows the bytes ratio (both versions near one bandwidth)
+        follows = big["time_ratio"] / big["bytes_ratio"]
+        if wins.iloc[-1] and not 1 / s["bytes_slack"] <= follows <= s["bytes_slack"]:
+            verdicts[-1] = NUANCE
+            text += (f"; at {int(big['size'])} the time ratio is {follows:.2f}x the bytes ratio: "
+                     + ("the unfused version costs more than its round trips" if follows > 1 else
+                        "the fused kernel runs below the bandwidth its bytes allow, so round trips are not all of it"))
         parts.append(text)
     same_bytes = median(forward(t["relu_dropout/performance"]), "time_ms")
     if {WRITEUP, FUSED} <= set(same_bytes["provider"]):

@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from .. import isolated, plots
-from ..claims import FALSE_POINT_HOLDS, NOT_REPRODUCED, NUANCE, REPRODUCED, bools, by_provider, weakest
+from ..claims import FALSE_POINT_HOLDS, NOT_REPRODUCED, NOT_SETTLED, NUANCE, REPRODUCED, bools, by_provider, said, weakest
 from ..measure import BF16_IN_INTERPRETER, bench, device, generator, is_gpu, probe_rows, randn, runnable, timing_rows, ulps
 from ..measure import dtype as to_dtype
 from ..providers import FUSED, WRITEUP
@@ -33,7 +33,6 @@ correctness:
 statistics:
   size: {type: integer, minimum: 1000, maximum: 100000000}
   ps: {type: array, items: {$ref: "#/$defs/probability"}, minItems: 1}
-  tolerance: {$ref: "#/$defs/tolerance"}
   seeds: {type: integer, minimum: 2, maximum: 10000}
   dtype: {$ref: "#/$defs/dtype"}
   reference_rtol:
@@ -150,8 +149,6 @@ def _statistics(relu_dropout, x: torch.Tensor, p: float, s: dict, params: dict) 
         if seed == s["seed"]:  # the writeup's single run, and the checks that need one mask
             rate = drops[-1] / size
             rows.append(row("drop_rate_single_seed", rate, "fraction", seed=seed, **params))
-            rows.append(row("within_tolerance_single_seed", abs(rate - p) <= s["tolerance"], "bool",
-                            tolerance=s["tolerance"], **params))
             rows.append(row("same_seed_identical", torch.equal(out, relu_dropout(x, p, seed)), "bool", **params))
             # Given the seed the output is determined: compare it with one built from Philox alone.
             keep = _seed_uniforms(params["provider"], seed, size) > torch.tensor(p, dtype=torch.float32)
@@ -168,8 +165,7 @@ def _statistics(relu_dropout, x: torch.Tensor, p: float, s: dict, params: dict) 
     rates = np.array(drops) / size
     sigma = np.sqrt(p * (1 - p) / size)  # the binomial standard deviation of one seed's drop rate
     for seed_i, rate in enumerate(rates):
-        rows.append(row("drop_rate", rate, "fraction", seed=s["seed"] + seed_i, sigma=sigma,
-                        tolerance=s["tolerance"], **params))
+        rows.append(row("drop_rate", rate, "fraction", seed=s["seed"] + seed_i, sigma=sigma, **params))
     pooled = stats.binomtest(int(sum(drops)), size * seeds, p)
     rows.append(row("pooled_binomtest_pvalue", pooled.pvalue, "p-value", seeds=seeds,
                     drop_rate=sum(drops) / (size * seeds), **params))
@@ -255,15 +251,14 @@ def dropout_rates(t, s):
     parts, verdicts = [], []
     for provider, d in by_provider(t["relu_dropout/statistics"]):
         single = ok(d, metric="drop_rate_single_seed").sort_values("p")
-        within = bools(d, "within_tolerance_single_seed")
-        tolerance = ok(d, metric="within_tolerance_single_seed")["tolerance"].iloc[0]
         worst = ok(d, metric="max_abs_rate_error")["value"].max()
         ulp = ok(d, metric="survivor_max_ulp_error")["value"].max()
         seeds = int(ok(d, metric="max_abs_rate_error")["seeds"].iloc[0])
         rates = ", ".join(f"p={p:g}: {r:.4f}" for p, r in zip(single["p"], single["value"]))
         parts.append(f"{provider}: seed {int(single['seed'].iloc[0])}: {rates}; over {seeds} seeds the worst "
-                     f"|rate - p| is {worst:.4f} (band {tolerance:g}); survivors equal relu(x)/(1-p) within {ulp:.0f} ulp")
-        if not (within.all() and worst <= tolerance and ulp <= s["nuance_ulp"]):
+                     f"|rate - p| is {worst:.4f} (band {s['band']:g}); survivors equal relu(x)/(1-p) within {ulp:.0f} ulp")
+        if not ((single["value"] - single["p"]).abs().max() <= s["band"] and worst <= s["band"]
+                and ulp <= s["nuance_ulp"]):
             verdicts.append(NOT_REPRODUCED)
         elif ulp <= s["max_ulp"]:
             verdicts.append(REPRODUCED)
@@ -303,7 +298,10 @@ def dropout_distribution(t, s):
     if reference:
         return ("; ".join(parts) + " - allclose can check dropout: against a same-seed reference, which exists "
                 "because the output is a pure function of the seed; the distribution tests pass as well"), FALSE_POINT_HOLDS
-    return "; ".join(parts), REPRODUCED
+    # A kernel that differs from the reference rebuilt from its own seed is a bug in one of the two; it shows
+    # nothing about whether allclose could check dropout, so the claim stays open.
+    return ("; ".join(parts) + " - a kernel and the reference rebuilt from its seed disagree (one of them is wrong): "
+            "this run cannot say whether allclose can check dropout"), NOT_SETTLED
 
 
 @claim(15, ['relu_dropout/statistics'])
@@ -318,8 +316,9 @@ def hundredth_of_a_percent(t, s):
                 f"promise {s['literal']:g}; the writeup's own printed rates miss p by up to {said_err:.4f}")
     if err.max() <= s["literal"]:
         return measured, REPRODUCED
-    if err.max() <= s["meant"]:
-        return (measured + f" - literally false; within {s['meant']:g} absolute (a hundredth, not a hundredth of a "
+    band = said(2, "band")  # the band the writeup's test used (claim 2)
+    if err.max() <= band:
+        return (measured + f" - literally false; within {band:g} absolute (a hundredth, not a hundredth of a "
                 "percent), the band its test used"), FALSE_POINT_HOLDS
     return measured, NOT_REPRODUCED
 
@@ -344,10 +343,11 @@ def plot_dropout_rates(df: pd.DataFrame) -> plt.Figure:
     rates["sigmas"] = (rates["value"] - rates["p"]) / rates["sigma"]
     fig, ax = plt.subplots(figsize=(8, 4.4))
     sns.stripplot(data=rates, x="p", y="sigmas", hue="provider", dodge=True, ax=ax, alpha=0.5, size=3, jitter=0.2)
+    band = said(2, "band")
     for i, (p, g) in enumerate(rates.groupby("p")):
-        band = g["tolerance"].iloc[0] / g["sigma"].iloc[0]
-        ax.hlines([-band, band], i - 0.45, i + 0.45, colors="grey", linestyles=":")
-        ax.text(i + 0.45, band, f"+/-{g['tolerance'].iloc[0]:g}", fontsize=7, color="grey", ha="right", va="bottom")
+        top = band / g["sigma"].iloc[0]
+        ax.hlines([-top, top], i - 0.45, i + 0.45, colors="grey", linestyles=":")
+        ax.text(i + 0.45, top, f"+/-{band:g}", fontsize=7, color="grey", ha="right", va="bottom")
     ax.axhline(0, color="black", lw=1)
     n_seeds = rates.groupby(["p", "provider"]).size().iloc[0]
     ax.set(xlabel="p", ylabel="(drop rate - p) / binomial sigma",

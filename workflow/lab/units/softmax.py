@@ -12,7 +12,8 @@ import torch
 import yaml
 
 from .. import isolated, plots, summary, verify
-from ..claims import FALSE_POINT_HOLDS, NEEDS_GPU, NOT_REPRODUCED, NUANCE, REPRODUCED, bools, first_line, said, weakest
+from ..claims import (FALSE_POINT_HOLDS, NEEDS_GPU, NOT_REPRODUCED, NOT_SETTLED, NUANCE, REPRODUCED, bools, first_line, said,
+                      weakest)
 from ..measure import BF16_IN_INTERPRETER, bench, cuda_kernels, is_gpu, probe_rows, randn, runnable, timing_rows, wall_seconds
 from ..measure import dtype as to_dtype
 from ..providers import FUSED, WRITEUP
@@ -487,8 +488,10 @@ def softmax_past_largest_block(t, s):
             f"widths {widths or 'none'}" + (f" (widths {gpu_only} need a GPU)" if gpu_only else ""))
     if not raised or not right.all():
         return text, NOT_REPRODUCED
-    if not widths:
-        return text, NEEDS_GPU
+    if not any(w >= s["n_cols"] for w in widths):  # the project's softmax must be right where the fix raised
+        if any(w >= s["n_cols"] for w in gpu_only):
+            return text, NEEDS_GPU
+        return text + f"; the sweep has no width of {s['n_cols']} columns or more", NOT_SETTLED
     return text, REPRODUCED
 
 
