@@ -7,7 +7,8 @@ therefore depends on the tile sizes, never on the sequence length, so there is n
 
 Conventions:
 - Layout (batch, heads, seq, head_dim); any strides (e.g. a (B, S, H, D).transpose(1, 2) view).
-- seq_q may differ from seq_k; any length >= 1; head_dim 16..256, powers of two or not.
+- seq_q may differ from seq_k; any length >= 1; head_dim 1..256, powers of two or not (the head-dim block is
+  the power of two at or above it, at least tl.dot's 16; the columns past head_dim masked).
 - causal=True aligns the mask to the bottom-right corner (as FlashAttention >= 2.1 and KV caches do):
   query i sees key j iff j <= i + seq_k - seq_q. With seq_q > seq_k the first seq_q - seq_k rows see no
   key at all; their output (and gradient) is zero. The output of a row whose every score is -inf (-inf
@@ -37,7 +38,7 @@ __all__ = ["flash_attention", "flash_attention_ref", "tiles_in_use"]
 
 LOG2E = 1.4426950408889634
 FP32_NORMAL, FP32_MAX = 2.0**-126, (2 - 2.0**-23) * 2.0**127  # fp32's smallest normal and largest finite number
-HEAD_DIMS = (16, 256)
+HEAD_DIMS = (1, 256)
 
 # Candidate tiles per kernel, (BLOCK_M, BLOCK_N, warps, stages), in order of preference: the first that
 # fits is taken without tuning. BLOCK_M counts queries, BLOCK_N keys, in every kernel.

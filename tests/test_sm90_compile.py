@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from kernels import _flash_attention as fa
+from kernels._flash_tiles import bucket
 from lab.sm90 import shared_memory_each
 
 HOPPER_SHARED_PER_BLOCK = 232448  # max shared memory per block (opt-in) on H100/H200
@@ -37,15 +38,17 @@ def assert_each_fits(kernel: str, types: dict, tiles, consts: dict) -> None:
     assert_all_fit({f"{kernel} {t}": fit_request(kernel, types, t, consts) for t in tiles})
 
 
-@pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 128), (torch.float16, 64), (torch.float32, 256)])
+@pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 128), (torch.float16, 64), (torch.float32, 256),
+                                             (torch.bfloat16, 8), (torch.float32, 3), (torch.float16, 48)])
 def test_flash_first_fitting_tile_compiles_and_fits(dtype, head_dim):
-    """The first candidate that fits is what runs untuned (correctness jobs, CUDA graph capture)."""
-    requests = {}
+    """The first candidate that fits is what runs untuned (correctness jobs, CUDA graph capture); a head dim
+    that is not a power of two, or below tl.dot's 16, runs in the block above it, masked."""
+    requests, block_d = {}, bucket(head_dim)
     for kernel, n_ptr, kind in (("_flash_fwd_kernel", 6, "fwd"), ("_flash_bwd_dkdv_kernel", 9, "bwd_dkdv"),
                                 ("_flash_bwd_dq_kernel", 7, "bwd_dq"), ("_flash_bwd_dkdv_kernel", 9, "bwd_one_pass")):
-        tile = fa.candidates(kind, head_dim, torch.empty(0, dtype=dtype).element_size(), interpreter=False)[0]
+        tile = fa.candidates(kind, block_d, torch.empty(0, dtype=dtype).element_size(), interpreter=False)[0]
         requests[f"{kind} {tile}"] = fit_request(kernel, arg_types(kernel, n_ptr, ELT[dtype]), tile,
-                                                 dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, **CONSTS[kind]))
+                                                 dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=True, **CONSTS[kind]))
     assert_all_fit(requests)
 
 

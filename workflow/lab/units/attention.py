@@ -31,8 +31,7 @@ correctness:
 head_dims:
   n_q: {$ref: "#/$defs/size"}
   n_k: {$ref: "#/$defs/size"}
-  head_dims: {description: "below 16 too: the kernels pad the head-dim block to tl.dot's 16", type: array,
-              items: {type: integer, minimum: 1, maximum: 256}, minItems: 1}
+  head_dims: {type: array, items: {$ref: "#/$defs/head_dim"}, minItems: 1}
   dtypes: {$ref: "#/$defs/dtypes"}
 wall:
   n_q: {$ref: "#/$defs/size"}
