@@ -7,8 +7,9 @@ therefore depends on the tile sizes, never on the sequence length, so there is n
 
 Conventions:
 - Layout (batch, heads, seq, head_dim); any strides (e.g. a (B, S, H, D).transpose(1, 2) view).
-- seq_q may differ from seq_k; any length >= 1; head_dim 1..256, powers of two or not (the head-dim block is
-  the power of two at or above it, at least tl.dot's 16; the columns past head_dim masked).
+- seq_q may differ from seq_k; any length, 0 too (no key: every row 0, as SDPA gives); head_dim 1..256,
+  powers of two or not (the head-dim block is the power of two at or above it, at least tl.dot's 16; the
+  columns past head_dim masked).
 - causal=True aligns the mask to the bottom-right corner (as FlashAttention >= 2.1 and KV caches do):
   query i sees key j iff j <= i + seq_k - seq_q. With seq_q > seq_k the first seq_q - seq_k rows see no
   key at all; their output (and gradient) is zero. The output of a row whose every score is -inf (-inf
@@ -1167,8 +1168,6 @@ def _check(q, k, v, sm_scale):
         raise ValueError(f"q {tuple(q.shape)} and k/v {tuple(k.shape)} must agree on batch, heads and head_dim")
     if not HEAD_DIMS[0] <= d <= HEAD_DIMS[1]:
         raise ValueError(f"head_dim must be in [{HEAD_DIMS[0]}, {HEAD_DIMS[1]}], got {d}")
-    if sq < 1 or sk < 1:
-        raise ValueError(f"sequence lengths must be >= 1, got seq_q={sq}, seq_k={sk}")
     if max(sq, sk) * d > 2**31:  # a head's rows, even dense, would leave the kernels' int32 offsets
         raise ValueError(f"seq * head_dim must be <= 2^31 per head, got seq_q={sq}, seq_k={sk}, head_dim={d}")
     # the kernels take sm_scale and sm_scale * log2(e) as fp32: both normal numbers (a scale that rounds to 0
@@ -1204,6 +1203,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         # its gradient back through the view.
         q, k, v = (t.contiguous() if _checks.overlaps_itself(t) or not _checks.rows_fit_int32(t) else t
                    for t in (q, k, v))
+        if not (q.shape[2] and k.shape[2]):  # no query, or no key to see (every row 0, as in SDPA): nothing to tile
+            return flash_attention_ref(q, k, v, causal, sm_scale, dtype=q.dtype)
         if torch.compiler.is_compiling():
             return _forward_op(q, k, v, causal, _scale(q.shape[-1], sm_scale))[0]
         plan = _plan(q, k, v, causal, sm_scale)

@@ -83,13 +83,27 @@ def test_sm_scale():
     (((2, 8, 32),) * 3, {}, ValueError),                                  # rank 3
     (((1, 1, 8, 0),) * 3, {}, ValueError),                                # head_dim 0
     (((1, 1, 8, 300),) * 3, {}, ValueError),                              # head_dim > 256
-    (((1, 1, 0, 32),) * 3, {}, ValueError),                               # empty sequence
     (((1, 1, 8, 32),) * 3, {"sm_scale": -1.0}, ValueError),
 ])
 def test_bad_input_is_refused(shapes, kwargs, err):
     q, k, v = (randn(*s) for s in shapes)
     with pytest.raises(err):
         flash_attention(q, k, v, **kwargs)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("sq, sk", [(0, 5), (5, 0), (0, 0)])
+def test_an_empty_sequence_gives_what_sdpa_gives(sq, sk, causal):
+    """No query: an empty output; no key: every row sees none, so 0 (SDPA's answer); gradients 0."""
+    q, k, v = (randn(1, 2, n, 16, dtype=torch.float16, seed=i).requires_grad_() for i, n in enumerate((sq, sk, sk)))
+    out = flash_attention(q, k, v, causal=causal)
+    assert out.shape == (1, 2, sq, 16) and out.dtype == torch.float16
+    assert not out.any()  # SDPA's answer too (checked on the CPU: some GPU backends refuse empty keys)
+    if not ON_GPU:
+        assert torch.equal(out, torch.nn.functional.scaled_dot_product_attention(q, k, v).detach())
+    grads = torch.autograd.grad(out.float().sum(), (q, k, v), allow_unused=True)
+    for g, t in zip(grads, (q, k, v)):
+        assert g is None or (g.shape == t.shape and not g.any())
 
 
 def test_gradients_of_expanded_inputs_are_summed_over_the_repeats():
