@@ -215,8 +215,8 @@ def _check_args(x: torch.Tensor, p: float, seed: int, block_size: int) -> tuple[
     p, seed = _checks.real(p, "p"), _checks.integer(seed, "seed")
     if not 0.0 <= p < 1.0:  # NaN fails too
         raise ValueError(f"p must be in [0, 1), got {p!r}")
-    if not 0 <= seed < 2**31:
-        raise ValueError(f"seed must be in [0, 2**31), got {seed!r}")
+    if not 0 <= seed < 2**63:  # int64, as torch.compile's custom ops take it; Philox keys on all 64 bits
+        raise ValueError(f"seed must be in [0, 2**63), got {seed!r}")
     _checks.block_size(block_size, smallest=4)  # the improved kernel draws four numbers per Philox call
     return p, seed
 

@@ -49,6 +49,18 @@ def test_survivors_scaled_by_one_over_keep(n, dtype):
     assert (out[x <= 0] == 0).all()
 
 
+@pytest.mark.parametrize("seed", [2**31, 2**32 + 5, 2**63 - 1])
+def test_a_64_bit_seed_keys_philox_with_all_its_bits(seed):
+    """Seeds past int32 (torch.initial_seed() is one) draw the mask Philox draws keyed on the whole seed:
+    as the reference rebuilt from it without Triton, and another than its low 32 bits alone draw."""
+    x = positive(4099)
+    keep = relu_dropout(x, 0.3, seed) != 0
+    assert torch.equal(keep, uniform4x_elements(seed, x.numel(), device=x.device) > torch.tensor(0.3))
+    assert torch.equal(relu_dropout_backward(torch.ones_like(x), x, 0.3, seed) != 0, keep)
+    if seed >= 2**32:
+        assert not torch.equal(keep, relu_dropout(x, 0.3, seed % 2**32) != 0)
+
+
 def test_same_seed_same_output_other_seed_differs():
     x = positive(10_000)
     a, b, c = relu_dropout(x, 0.5, 7), relu_dropout(x, 0.5, 7), relu_dropout(x, 0.5, 8)
@@ -94,7 +106,7 @@ def test_bad_p_is_refused(p, error):  # a value out of range: ValueError; not a 
         relu_dropout(randn(10), p, 0)
 
 
-@pytest.mark.parametrize("seed, error", [(-1, ValueError), (2**31, ValueError), (1.5, TypeError)])
+@pytest.mark.parametrize("seed, error", [(-1, ValueError), (2**63, ValueError), (1.5, TypeError)])
 def test_bad_seed_is_refused(seed, error):
     with pytest.raises(error, match="seed"):
         relu_dropout(randn(10), 0.5, seed)
