@@ -91,13 +91,15 @@ def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store
                          dict(consts, WS_N=tiles[0].block_n))
 
 
-@pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 128), (torch.bfloat16, 256)])  # 256: the estimate's edge
+@pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 128), (torch.bfloat16, 256),  # 256: the estimate's edge
+                                             (torch.bfloat16, 8)])  # 16-byte rows: TMA-ready, in a block of 16
 def test_every_tile_of_the_tma_one_pass_backward_fits(dtype, head_dim):
     """The one-pass backward's TMA kernel buffers every stage and stages each fp32 dQ tile: fits(tma=True)
     must admit only tiles that compile within Hopper's limit."""
-    tiles = fa.candidates("bwd_one_pass", head_dim, torch.empty(0, dtype=dtype).element_size(), interpreter=False, tma=True)
+    block_d = bucket(head_dim)
+    tiles = fa.candidates("bwd_one_pass", block_d, torch.empty(0, dtype=dtype).element_size(), interpreter=False, tma=True)
     assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, ELT[dtype]), tiles,
-                     dict(HEAD_DIM=head_dim, BLOCK_D=head_dim, CAUSAL=True, EVEN_Q=False, ADD_DQ=True, WS=False,
+                     dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=True, EVEN_Q=False, ADD_DQ=True, WS=False,
                           PARTIAL=False))
 
 
