@@ -167,6 +167,24 @@ def test_runs_of_earlier_versions_compare():
     assert len(j) == len(BIG) and (j["verdict"] == "worse").all()
 
 
+def test_a_parameter_that_tells_points_apart_in_one_run_only_pairs_nothing():
+    """Run a times forward and backward; run b (an older table) has no direction: which of a's points is
+    b's cannot be told, so none is compared, and coverage says so."""
+    a = run([({"provider": "t", "size": 4096.0, "direction": d}, ms) for d, ms in (("forward", 1.0), ("backward", 2.0))])
+    b = run([({"provider": "t", "size": 4096.0}, 1.0)])
+    assert compare.compare(a, b).empty
+    assert compare.coverage(a, b).to_dict("records") == [{"table": "k/performance", "a": 2, "b": 1, "both": 0}]
+
+
+@pytest.mark.parametrize("ms_b", [0.0, float("nan")])
+def test_a_point_measured_as_zero_or_nan_is_not_compared_and_coverage_says_so(ms_b):
+    a = run(BIG, metric=None)
+    b = run([(p, ms_b if p["size"] == 4096 else ms) for p, ms in BIG], metric=None)
+    j = compare.compare(a, b)
+    assert len(j) == 2 and set(j["size"]) == {16384}
+    assert compare.coverage(a, b).to_dict("records") == [{"table": "k/performance", "a": 4, "b": 4, "both": 2}]
+
+
 def test_claims_diff_changed_first_and_survives_a_run_it_cannot_settle(monkeypatch):
     claims = [{"id": 1, "claim": "one"}, {"id": 2, "claim": "two"}]
 

@@ -12,16 +12,32 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = status.config_of([str(ROOT / "config.yaml"), str(ROOT / "tests/tiny_config.yaml")])
 
 
+# The machine the fixture's run was made on; status.this_machine() is made to say this is it.
+HERE = {"device": "NVIDIA H200", "backend": "gpu", "torch": "2.11.0", "triton": "3.6.0", "cuda": "13.0",
+        "cudnn": "91300", "driver": "580.159.04", "kernel_env": ""}
+
+
 @pytest.fixture
-def run(tmp_path):
-    """A run whose every table records exactly the hashes this checkout expects."""
+def run(tmp_path, monkeypatch):
+    """A run whose every table records exactly the hashes and software this checkout and machine expect."""
+    monkeypatch.setattr(status, "this_machine", lambda: HERE)
     for key, want in plan.expected(CONFIG, registry()).items():
         path = tmp_path / f"{key}.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame([{"metric": "x", "value": 1.0, "status": "ok", "device": "NVIDIA H200", "backend": "gpu",
+        pd.DataFrame([{"metric": "x", "value": 1.0, "status": "ok", **HERE,
                        "fingerprint": "f" * 16, "config_hash": want["config_hash"], "code_hash": want["code_hash"],
                        "git_commit": "abc123"}]).to_parquet(path)
     return tmp_path
+
+
+def test_other_software_on_the_same_device_is_stale_and_on_another_device_is_not_judged(run):
+    t = run / "softmax/bug.parquet"
+    pd.read_parquet(t).assign(torch="2.10.0", kernel_env="KERNELS_FLASH_WS=0").to_parquet(t)
+    states = dict(status.check(run, CONFIG, HERE))
+    assert states["softmax/bug"] == ("stale: software (torch 2.10.0 -> 2.11.0, kernel_env KERNELS_FLASH_WS=0 -> "
+                                     "(none)) changed since commit abc123")
+    assert states["softmax/correctness"] == "current"
+    assert dict(status.check(run, CONFIG, {**HERE, "device": "NVIDIA H100"}))["softmax/bug"] == "current"
 
 
 def test_a_current_run_exits_0(run, capsys):

@@ -65,21 +65,33 @@ def _points(df: pd.DataFrame) -> pd.DataFrame:
     return q[rate | ~has_rate].merge(time, on=params, how="left")
 
 
+def _pairs(pa: pd.DataFrame, pb: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The points both runs measured, joined on the parameters both have, and those parameters. A parameter
+    one run alone has (an older version's table) is left out where it has one value there; where it tells
+    points apart, the other run's points cannot be told which they are: none are paired. Nor are points
+    whose median is zero or missing (no ratio to take). coverage() lists what is left out."""
+    on = [c for c in pa.columns if c in pb.columns and c not in MEASURED]
+    if pa.empty or pb.empty:
+        return pd.DataFrame(), on
+    own = [(t, c) for t, other in ((pa, pb), (pb, pa)) for c in t.columns if c not in other.columns]
+    if any(t[c].nunique(dropna=False) > 1 for t, c in own):
+        return pd.DataFrame(), on
+    j = pa.merge(pb, on=on, suffixes=("_a", "_b"))
+    measured = np.isfinite(j[["p50_a", "p50_b"]]).all(axis=1) & (j[["p50_a", "p50_b"]] > 0).all(axis=1)
+    return j[measured], on
+
+
 def compare(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Every timed point both runs measured ('kernel/experiment' -> table), one tidy row each, sorted."""
     out = []
     for key in sorted(set(a) & set(b)):
-        pa, pb = _points(a[key]), _points(b[key])
-        if pa.empty or pb.empty:
-            continue
-        on = [c for c in pa.columns if c in pb.columns and c not in MEASURED]  # columns one run lacks: ignored
-        j = pa.merge(pb, on=on, suffixes=("_a", "_b")).assign(table=key)
-        out.append(j.sort_values(on, key=_sort_key, na_position="last", kind="stable"))  # numerically, NaN last
+        j, on = _pairs(_points(a[key]), _points(b[key]))
+        if not j.empty:
+            out.append(j.assign(table=key).sort_values(on, key=_sort_key, na_position="last", kind="stable"))
     j = pd.concat(out, ignore_index=True) if out else pd.DataFrame()
     if j.empty:
         return pd.DataFrame(columns=["table", "metric", "ratio", "log2_ratio", "threshold", "launch_bound", "verdict"])
     j["ratio"] = np.where(j["metric"] == "time_ms", j["p50_a"] / j["p50_b"], j["p50_b"] / j["p50_a"])
-    j = j[np.isfinite(j["ratio"]) & (j["ratio"] > 0)].copy()
     j["log2_ratio"] = np.log2(j["ratio"])
     spread = {s: (j[f"p80_{s}"] - j[f"p20_{s}"]).abs() / j[f"p50_{s}"] for s in "ab"}
     j["threshold"] = np.maximum(FLOOR, K * np.hypot(spread["a"], spread["b"]))
@@ -101,8 +113,7 @@ def coverage(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> pd.DataF
                             "failed" if "status" in t and t["status"].eq("failed").any() else "")
             points[side] = _points(t) if not states[side] else pd.DataFrame()
         pa, pb = points["a"], points["b"]
-        on = [c for c in pa.columns if c in pb.columns and c not in MEASURED]
-        both = len(pa.merge(pb, on=on)) if on and not (pa.empty or pb.empty) else 0
+        both = len(_pairs(pa, pb)[0])
         if states["a"] or states["b"] or both != len(pa) or both != len(pb):
             rows.append(dict(table=key, a=states["a"] or len(pa), b=states["b"] or len(pb), both=both))
     return pd.DataFrame(rows, columns=["table", "a", "b", "both"])
@@ -214,7 +225,8 @@ def markdown(name_a: str, name_b: str, a: dict, b: dict, joined: pd.DataFrame, c
     if not gaps.empty:
         lines += ["## What only one run has", "",
                   "Tables in one run only, failed in one (not compared), or with timed points the other did not "
-                  "measure: the timed points in each run and in both (untimed tables count 0).", "",
+                  "measure (or measured by other parameters, or as zero or NaN): the timed points in each run and "
+                  "those compared (untimed tables count 0).", "",
                   _md(gaps.rename(columns={"a": name_a, "b": name_b})), ""]
     if joined.empty:
         return "\n".join(lines + ["No timed point was measured by both runs (a run without a GPU times nothing)."]) + "\n"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 # What a row records about its origin. The first block is software(), then the job's own context.
-SOFTWARE = ["device", "backend", "torch", "triton", "cuda", "cudnn", "driver"]
+SOFTWARE = ["device", "backend", "torch", "triton", "cuda", "cudnn", "driver", "kernel_env"]
 COLUMNS = SOFTWARE + ["gpu_uuid", "sm_clock_mhz", "sm_clock_max_mhz", "git_commit", "git_dirty", "job_start",
                       "timestamp", "config_hash", "code_hash", "fingerprint", "rerun_marker"]
 
@@ -80,6 +80,14 @@ def _pinned_gpu() -> str | None:
     return visible or None
 
 
+def kernel_env() -> str:
+    """The environment variables set here that change what the kernels run or how fast ('NAME=value ...'):
+    every KERNELS_* but the backend (a column of its own) and the tile cache's path, and Triton's fp fusion."""
+    names = sorted(k for k in os.environ if k == "TRITON_DEFAULT_FP_FUSION"
+                   or (k.startswith("KERNELS_") and k not in ("KERNELS_BACKEND", "KERNELS_TILE_CACHE")))
+    return " ".join(f"{k}={os.environ[k]}" for k in names)
+
+
 def software(backend: str) -> dict:
     """The backend, device and software stack a job runs on (strings: they are Snakemake params)."""
     import torch
@@ -95,6 +103,7 @@ def software(backend: str) -> dict:
         "cuda": str(torch.version.cuda or "") if backend == "gpu" else "",
         "cudnn": str(cudnn or ""),
         "driver": smi.get("driver_version", ""),
+        "kernel_env": kernel_env(),
     }
 
 

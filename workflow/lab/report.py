@@ -48,11 +48,17 @@ def _provenance(tables: dict[str, pd.DataFrame]) -> str:
 
 
 def _needs(tables: dict[str, pd.DataFrame], keys, build) -> str:
-    """build(tables) when this run has every table in ``keys``; otherwise says which are missing."""
-    missing = [k for k in keys if k not in tables]
-    if missing:
-        return "\n" + "; ".join(f"Not settled: `{k}` missing (not in this run)." for k in missing) + "\n"
-    return build(tables)
+    """build(tables) when this run has every table in ``keys`` and none records a failed experiment;
+    otherwise says which are missing or failed (a failure stays in its own table's section)."""
+    missing = [f"`{k}` missing (not in this run)" for k in keys if k not in tables]
+    failed = [f"the `{k}` job failed ({claims_mod.first_line(tables[k]['error'].iloc[0])})" for k in keys
+              if k in tables and summary.failed(tables[k])]
+    if missing or failed:
+        return "\n" + "; ".join(f"Not settled: {why}." for why in missing + failed) + "\n"
+    try:
+        return build(tables)
+    except (KeyError, IndexError) as e:  # a table from an older version of the project lacks what it reads
+        return f"\nNot built: these tables lack what this section reads ({type(e).__name__}: {e}).\n"
 
 
 def caption(name: str) -> str:

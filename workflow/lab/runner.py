@@ -27,19 +27,21 @@ def run(key: str, settings: dict, software: dict, code_hash: str, output: str, o
 
         lock = gpu.pin(gpu.LOCKS, exclusive=exp.timing)  # noqa: F841  (held until the process exits)
     os.environ["KERNELS_BACKEND"] = backend
+    from . import provenance
+
+    here = provenance.software(backend)  # before the defaults below: it records the environment the user set
+    if here != software:
+        changed = {k: (software.get(k), here.get(k)) for k in here if here.get(k) != software.get(k)}
+        raise RuntimeError(f"{key} was planned for other software or another device than it runs on "
+                           f"(planned, actual): {changed}")
     os.environ.setdefault("KERNELS_AUTOTUNE", "1" if exp.timing else "0")
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns when unset; 1 is its default
 
     import kernels
 
-    from . import measure, provenance, runs, table
+    from . import measure, runs, table
 
     kernels.backend.select(backend)
-    here = provenance.software(backend)
-    if here != software:
-        changed = {k: (software.get(k), here.get(k)) for k in here if here.get(k) != software.get(k)}
-        raise RuntimeError(f"{key} was planned for other software or another device than it runs on "
-                           f"(planned, actual): {changed}")
     run_dir = Path(output).parents[1]
     runs.check_owner(run_dir, here["device"], backend, overwrite_foreign)
     for built_from_old_tables in ("report.md", "claims.html"):  # a report never outlives its tables
@@ -50,12 +52,13 @@ def run(key: str, settings: dict, software: dict, code_hash: str, output: str, o
     try:
         ceilings = measure.ceiling_columns(settings) if exp.ceilings and backend == "gpu" else {}
         rows = [{**r, **ceilings} for r in exp.fn(settings)]
-    except Exception as e:  # this experiment's failure is its own: record it, let the others' results stand
-        traceback.print_exc()
+        df = _write(exp, rows, here, started, settings, code_hash, fingerprint, rerun_marker, output)
+    except Exception as e:  # this experiment's failure is its own (its rows too, if no table can hold them):
+        traceback.print_exc()  # record it, let the others' results stand
         rows = [table.row("not_measured", None, status="failed", error=f"{type(e).__name__}: {e}"[:2000])]
-        fingerprint = "failed"  # matches no plan: the next run retries it
         print(f"[{key}] FAILED; recorded as a failed table, retried on the next run", flush=True)
-    df = _write(exp, rows, here, started, settings, code_hash, fingerprint, rerun_marker, output)
+        # fingerprint 'failed' matches no plan: the next run retries it
+        df = _write(exp, rows, here, started, settings, code_hash, "failed", rerun_marker, output)
     print(f"[{key}] {len(df)} rows in {time.perf_counter() - start:.1f} s -> {output}", flush=True)
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
+from .provenance import SOFTWARE
 from .table import UNREADABLE, why_unreadable
 
-RECORDED = ("device", "backend", "fingerprint", "config_hash", "code_hash", "git_commit", "rerun_marker")
+RECORDED = (*SOFTWARE, "fingerprint", "config_hash", "code_hash", "git_commit", "rerun_marker")
 
 
 def recorded(table: str | Path) -> dict | None:

@@ -4,8 +4,10 @@
 
 Decided from content, as the workflow decides it: each table recorded the hash of the settings and of
 the source files that made it; this checkout's config and code give the hashes a current table must
-have. Works on a run from any machine (the software a GPU run used cannot be checked from a CPU, so
-it is reported, not judged). Exit status 0 when every configured table is current, 1 otherwise.
+have. Works on a run from any machine; the software a table was made with (torch, triton, CUDA, driver,
+the KERNELS_* environment) is judged only where this machine is the device that made it, as the
+workflow would rerun it here (a GPU run's software cannot be checked from a CPU). Exit status 0 when
+every configured table is current, 1 otherwise.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from . import plan, runs, settings
+from . import plan, provenance, runs, settings
 from .units import registry, schemas
 
 
@@ -33,9 +35,17 @@ def config_of(paths: list[str]) -> dict:
     return config
 
 
-def check(run_dir: Path, config: dict) -> list[tuple[str, str]]:
-    """(table, state) for every table the config asks for: 'current', or why it is not. The config is
-    checked as the workflow checks it first (settings.ConfigError naming the key)."""
+def this_machine() -> dict:
+    """provenance.software() of this machine's backend, as the workflow would plan a job here."""
+    import torch
+
+    return provenance.software("gpu" if torch.cuda.is_available() else "interpreter")
+
+
+def check(run_dir: Path, config: dict, here: dict | None = None) -> list[tuple[str, str]]:
+    """(table, state) for every table the config asks for: 'current', or why it is not; the software of
+    a table made on ``here``'s device and backend (this_machine()) counts too. The config is checked as
+    the workflow checks it first (settings.ConfigError naming the key)."""
     settings.validate(config, schemas())
     settings.check(config, registry())
     found = []
@@ -50,6 +60,10 @@ def check(run_dir: Path, config: dict) -> list[tuple[str, str]]:
         else:
             why = [what for what, field in (("settings", "config_hash"), ("code", "code_hash"))
                    if rec[field] != want[field]]
+            if here and (rec["device"], rec["backend"]) == (here["device"], here["backend"]):
+                changed = [f"{k} {rec[k] or '(none)'} -> {here[k] or '(none)'}" for k in provenance.SOFTWARE
+                           if (rec[k] or "") != (here[k] or "")]
+                why += [f"software ({', '.join(changed)})"] if changed else []
             state = "current" if not why else f"stale: {' and '.join(why)} changed since commit {rec['git_commit']}"
         found.append((key, state))
     return found
@@ -72,7 +86,7 @@ def main(argv=None) -> int:
     files = [str(root / "config.yaml"), *args.configfile]
     try:
         settings.check_files(files)
-        states = check(args.run, config_of(files))
+        states = check(args.run, config_of(files), this_machine())
     except settings.ConfigError as refusal:
         ap.error(str(refusal))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as unreadable:  # a config file missing, binary, not YAML

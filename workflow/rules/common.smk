@@ -187,16 +187,18 @@ DRAWN = {name: fig for name, fig in units.drawable(EXPERIMENTS).items()  # a for
 
 
 def compared_contents(wildcards):
-    """A hash of both runs' table files, the compare rule's params: their dates do not count (`ancient`),
-    so this is what makes a comparison again when a table it reads changes, appears or goes."""
-    return sources.digest(str(path) for path in compared_tables(wildcards).values())
+    """A hash of both runs' table files, a compare rule param: what makes a comparison again when a table
+    it reads changes, appears or goes."""
+    return sources.digest(path for tables in compared_tables(wildcards).values() for path in tables.values())
 
 
 def compared_tables(wildcards):
-    """The compare rule's input: every table of both runs, read as they are (never rebuilt)."""
+    """Every table of both runs, {side: {key: path}}: a compare rule param, not its input, since they are
+    read as they are and never rebuilt (as inputs, a table of this checkout's own run that is out of date
+    would be remade first, and the comparison then left out of the plan)."""
     sides = {"a": run_tables(f"results/{wildcards.a}"), "b": run_tables(f"results/{wildcards.b}")}
     for side, tables in sides.items():
         if not tables:
             run = wildcards.get(side)
             raise ValueError(f"results/{run}/ holds no tables: there is no run named {run!r} to compare")
-    return {input_name(key, f"{side}__"): ancient(str(path)) for side, tables in sides.items() for key, path in tables.items()}
+    return {side: {key: str(path) for key, path in tables.items()} for side, tables in sides.items()}

@@ -2,13 +2,13 @@
 #   snakemake --cores 1 results/compare/nvidia-h200_vs_nvidia-h200-seed1.md
 # Both runs must exist under results/; neither is rerun (their tables are read as they are). The claims'
 # verdicts are settled again from each run's tables, with the checks and claims.yaml of this checkout.
-COMPARE_CODE = plan.code_files("lab.compare") + ["workflow/scripts/compare.py"]
+COMPARE_CODE = plan.code_files("lab.compare", "lab.plots", *(m.__name__ for m in units.load())) + [
+    "workflow/scripts/compare.py"]  # the units: their claim checks settle both runs' verdicts
 
 
 rule compare:
     localrule: True
     input:
-        unpack(compared_tables),
         claims="workflow/claims.yaml",
         code=[ancient(f) for f in COMPARE_CODE],
     output:
@@ -23,5 +23,6 @@ rule compare:
     params:
         code=sources.digest(COMPARE_CODE),
         tables=compared_contents,
+        paths=compared_tables,
     script:
         "../scripts/compare.py"

@@ -6,16 +6,11 @@ import yaml
 
 from lab import compare
 from lab.plots import save
-from lab.table import atomic_path, key_of, write_parquet
+from lab.table import atomic_path, write_parquet
 
 smk = snakemake  # noqa: F821  (injected by Snakemake)
 sys.stdout = sys.stderr = open(smk.log[0], "w")
-paths = {"a": {}, "b": {}}
-for name, path in smk.input.items():
-    side, _, key = name.partition("__")
-    if side in paths:
-        paths[side][key_of(key)] = path
-runs = {side: compare.read_tables(named) for side, named in paths.items()}
+runs = {side: compare.read_tables(named) for side, named in smk.params.paths.items()}
 with open(smk.input.claims) as fh:
     claims = yaml.safe_load(fh)
 a, b = smk.wildcards.a, smk.wildcards.b
