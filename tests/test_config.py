@@ -56,6 +56,8 @@ BAD = [
     ({"run": "../elsewhere"}, ["run", "pattern"]),
     ({"run": "compare"}, ["run", "should not be valid"]),                         # the comparisons' folder
     ({"backend": "tpu"}, ["backend", "interpreter"]),
+    ({"relu_dropout": {"correctness": {"ps": [float("nan")]}}}, ["relu_dropout.correctness.ps.0", "nan"]),  # no bound refuses NaN
+    ({"relu_dropout": {"performance": {"p": float("inf")}}}, ["relu_dropout.performance.p", "inf"]),
     ({"relu_dropout": {"performance": {"pp": 0.3}}}, ["relu_dropout.performance", "'pp' was unexpected"]),  # typo
     ({"vector_add": {"performance": {"p": 0.3}}}, ["vector_add.performance", "'p' was unexpected"]),  # not its
 ]
@@ -96,6 +98,13 @@ def test_command_line_strings_take_the_type_their_key_asks_for():
     config = merged({"overwrite_foreign_run": "False"})
     settings.from_command_line(config, {"overwrite_foreign_run": "False"}, units.schemas())
     assert config["overwrite_foreign_run"] is False
+
+
+def test_a_numeric_run_name_from_the_command_line_is_a_name():
+    config = merged({"run": 2024})  # what Snakemake makes of --config run=2024
+    settings.from_command_line(config, {"run": 2024}, units.schemas())
+    assert config["run"] == "2024"
+    check(config)
 
 
 def test_command_line_lists_of_lists_take_their_types_too():

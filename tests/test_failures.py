@@ -224,3 +224,20 @@ child.wait()
     while Path(f"/proc/{child}").exists() and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]:
         assert time.monotonic() < deadline, "the experiment's process outlived its job"
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize("failed", ["attention/wall", "flash_attention/performance"])
+def test_a_failed_table_leaves_its_sections_not_settled_and_the_report_whole(tmp_path, failed):
+    """The committed run's tables with one replaced by a failed experiment's table: the report is written,
+    naming the failure where that table was needed (every other section built as before)."""
+    from lab import report, units
+
+    tables = {f"{p.parent.name}/{p.stem}": pd.read_parquet(p) for p in (ROOT / "results/nvidia-h200").glob("*/*.parquet")}
+    tables[failed] = pd.DataFrame({"metric": ["not_measured"], "value": [None], "status": ["failed"],
+                                   "error": ["RuntimeError: injected failure"]})
+    verdicts = report.build(tables, str(ROOT / "workflow/claims.yaml"), [], str(tmp_path / "report.md"))
+    page = (tmp_path / "report.md").read_text()
+    assert f"Not settled: the `{failed}` job failed (RuntimeError: injected failure)." in page
+    needs = {i for i, check in units.checks().items() if failed in check.tables}
+    unsettled = set(verdicts.loc[verdicts["verdict"] == "not settled", "id"])
+    assert unsettled == needs and len(unsettled) < len(verdicts)  # its claims only (flash_attention's: none)

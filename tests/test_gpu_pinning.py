@@ -84,3 +84,16 @@ def test_plotting_waits_while_a_kernel_is_timed(tmp_path, monkeypatch):
 def test_no_gpu_means_no_pinning(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu, "visible_gpus", lambda: [])
     assert gpu.pin(tmp_path, exclusive=True) is None
+
+
+def test_locks_are_open_to_every_users_jobs(tmp_path):
+    """A second user's jobs on the same machine lock the same files: the folder is world-writable and
+    sticky, each lock file readable and writable by all, whatever the umask of whoever made them."""
+    old = os.umask(0o077)
+    try:
+        _, handle = gpu.claim(["0"], tmp_path / "locks", exclusive=False, timeout_s=2)
+    finally:
+        os.umask(old)
+    handle.close()
+    assert (tmp_path / "locks").stat().st_mode & 0o7777 == 0o1777
+    assert (tmp_path / "locks/gpu-0.lock").stat().st_mode & 0o777 == 0o666

@@ -1,7 +1,7 @@
 """Settle each claim of workflow/claims.yaml from the tables: (measured, verdict) per claim, by the check a
 unit declares for it (``@claim`` in lab/units/), with the verdicts and helpers below.
 
-A check reads only rows with status 'ok' (and the statuses that are results: 'raised', 'crashed',
+A check reads only rows with status 'ok' (and the statuses that are results: 'raised', 'crashed', 'timed_out',
 'out_of_resources'); what could not be measured here makes the verdict 'needs a GPU', never a guess, and
 a claim whose table is missing or records a failed experiment, or whose measurements contradict each other
 (a kernel against a reference that should match it), is 'not settled'. A statement that is

@@ -16,7 +16,7 @@ delay shows up in the timing.
 """
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import os
 import shutil
 import subprocess
@@ -43,13 +43,18 @@ def visible_gpus() -> list[str]:
 def claim(gpus: list[str], lock_dir: str | os.PathLike, exclusive: bool = True, poll_s: float = 0.5,
           timeout_s: float | None = None):
     """Lock one of ``gpus``; returns (gpu id, open lock file). Blocks while none can be locked."""
+    import fcntl  # here: figure jobs import this module on any system; only locking needs POSIX
+
     lock_dir = Path(lock_dir)
-    lock_dir.mkdir(parents=True, exist_ok=True)
+    if not lock_dir.is_dir():
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(PermissionError):  # another user made it meanwhile
+            lock_dir.chmod(0o1777)  # every user's jobs lock here (sticky: each keeps its own files)
     mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     start = time.monotonic()
     while True:
         for gpu in gpus:
-            handle = open(lock_dir / f"gpu-{gpu}.lock", "a")
+            handle = _lock_file(lock_dir / f"gpu-{gpu}.lock")
             try:
                 fcntl.flock(handle, mode | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -72,7 +77,20 @@ def pin(lock_dir: str | os.PathLike, exclusive: bool):
     return handle, host
 
 
+def _lock_file(path: Path):
+    """The lock file, open for appending, readable and writable by every user (another user's jobs lock
+    the same GPU): the umask would narrow a plain open's mode."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    with contextlib.suppress(PermissionError):  # another user's file: they made it open to all
+        os.fchmod(fd, 0o666)
+    return os.fdopen(fd, "a")
+
+
 def quiet_host(lock_dir: str | os.PathLike = LOCKS):
     """For CPU-heavy jobs (figures): wait until no timing job runs on this machine, and keep timing jobs
-    from starting meanwhile. Returns the lock (keep it open)."""
+    from starting meanwhile. Returns the lock (keep it open); None where there is no flock (Windows)."""
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:
+        return None
     return claim(["host"], lock_dir, exclusive=True)[1]

@@ -92,7 +92,7 @@ def timing_rows(times: dict[float, float], work: float, work_unit: str, **params
 def probe_rows(outcome: dict, **params) -> list[dict]:
     """Rows for one lab.isolated.call outcome: what it returned (``{metric: value}``, or a list of
     ``{"metric", "value", **more params}``; bools get unit 'bool'), or one 'outcome' row with the status
-    ('raised', 'crashed') and the error."""
+    ('raised', 'crashed', 'timed_out') and the error."""
     from .table import row
 
     if outcome["status"] != "ok":

@@ -74,7 +74,7 @@ def schedule(run_dir: str | Path) -> pd.DataFrame:
             continue
         jobs.append({"table": key, "gpu": first.get("gpu_uuid", ""), "start": first.get("job_start"),
                      "end": first.get("timestamp"), "timing": timing.get(key, False)})
-    df = pd.DataFrame(jobs)
+    df = pd.DataFrame(jobs, columns=["table", "gpu", "start", "end", "timing"])  # the columns even of no job
     for c in ("start", "end"):
         df[c] = pd.to_datetime(df[c], utc=True)
     return df

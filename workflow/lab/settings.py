@@ -4,6 +4,7 @@ error names the offending key."""
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 
 import jsonschema
@@ -32,11 +33,12 @@ def schema(units: dict[str, dict]) -> dict:
     return full
 
 
-# Strict types: 1.0 is not an integer (JSON Schema's default says it is) and True is not a number.
+# Strict types: 1.0 is not an integer (JSON Schema's default says it is), True is not a number, nor are
+# NaN and infinity (they pass every minimum/maximum: no comparison with NaN is false).
 _STRICT = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=(
     jsonschema.Draft202012Validator.TYPE_CHECKER
     .redefine("integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool))
-    .redefine("number", lambda _, x: isinstance(x, (int, float)) and not isinstance(x, bool))))
+    .redefine("number", lambda _, x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x))))
 
 
 def validate(config: dict, units: dict[str, dict]) -> None:
@@ -81,6 +83,8 @@ def from_command_line(config: dict, given: dict, units: dict[str, dict]) -> None
         node = resolve(node)
         if isinstance(value, str):
             return _parsed(value, _types(node))
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and _types(node) == {"string"}:
+            return str(value)  # Snakemake parsed run=2024 as a number; the schema asks for text
         if isinstance(value, list):
             return [typed(v, node.get("items") or {}) for v in value]
         if isinstance(value, dict):

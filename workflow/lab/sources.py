@@ -40,7 +40,7 @@ def path_of(module: str) -> Path | None:
 
 
 def _relative(path: Path) -> str:
-    return str(path.relative_to(ROOT))
+    return path.relative_to(ROOT).as_posix()  # the same text, and so the same hash, on every system
 
 
 @lru_cache(maxsize=None)

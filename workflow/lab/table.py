@@ -3,9 +3,9 @@
 A row is one measurement: ``metric``, ``value``, ``unit``, the parameters that produced it, and a
 ``status`` ('ok', or what the result *is* when it is not a number: 'out_of_resources', 'needs_gpu',
 'unsupported', 'compiled_only', 'raised' (the call under test raised: the error is the result),
-'crashed' (it killed its process); 'failed' when the experiment itself raised, in a one-row table). Provenance
-columns are added to every row so a table can always be traced to the device, software and config that
-made it.
+'crashed' (it killed its process), 'timed_out' (it hung past its time); 'failed' when the experiment itself
+raised, in a one-row table). Provenance columns are added to every row so a table can always be traced to
+the device, software and config that made it.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ import pyarrow as pa
 from .provenance import COLUMNS as PROVENANCE
 
 COLUMNS = ["kernel", "experiment", "variant", "provider", "metric", "value", "unit", "status", "error"]
-STATUSES = ("ok", "out_of_resources", "needs_gpu", "unsupported", "compiled_only", "raised", "crashed", "failed")
+STATUSES = ("ok", "out_of_resources", "needs_gpu", "unsupported", "compiled_only", "raised", "crashed", "timed_out",
+            "failed")
 
 
 def row(metric: str, value, unit: str = "", *, status: str = "ok", error: str = "", **params) -> dict:
