@@ -177,7 +177,6 @@ def _write(key: tuple, tile: Tile) -> None:
                       "tile chosen is kept for this process only", RuntimeWarning, stacklevel=3)
 
 
-@serialized  # one thread tunes at a time, and no other thread launches a kernel of ours meanwhile
 def _wait_for_caller() -> None:
     """do_bench_cudagraph times on a new stream that does not wait for the caller's: its first runs would
     overlap the caller's queued kernels, writing buffers they still use (a freed tensor-descriptor scratch,
@@ -186,6 +185,7 @@ def _wait_for_caller() -> None:
     torch.cuda.current_stream().synchronize()
 
 
+@serialized  # one thread tunes at a time, and no other thread launches a kernel of ours meanwhile
 def choose(key: tuple, candidates: list[Tile], run) -> Tile:
     """The tile for bucket ``key`` (its first item names the kernel); ``run(tile)`` launches it once."""
     tile = _pinned.get(key[0]) or _chosen.get(key)

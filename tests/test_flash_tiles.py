@@ -151,6 +151,28 @@ def test_tuning_first_waits_for_the_callers_stream(gpu_free, monkeypatch):
     assert events[:2] == ["synchronize", "run"] and events.count("run") == 3
 
 
+def test_two_threads_never_tune_at_once(gpu_free):
+    """choose() holds the kernels' lock: a tuning's timed runs never overlap another thread's."""
+    import threading
+    import time
+
+    running, most = [0], [0]
+
+    def run(tile):
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        time.sleep(0.01)
+        gpu_free.append(tile)
+        running[0] -= 1
+
+    threads = [threading.Thread(target=ft.choose, args=(KEY[:-1] + (n,), CANDIDATES, run)) for n in (1, 2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 1 and len(gpu_free) == 9
+
+
 def test_without_autotune_the_first_candidate_runs(gpu_free, monkeypatch):
     monkeypatch.setenv(ft.AUTOTUNE_ENV, "0")
     assert ft.choose(KEY, CANDIDATES, gpu_free.append) == CANDIDATES[0] and not gpu_free
