@@ -56,6 +56,17 @@ def test_changed_settings_and_missing_tables_say_why_and_exit_1(run, tmp_path_fa
     assert out["calibration/ceilings"].strip() == "current"  # draws nothing: the seed does not touch it
 
 
+def test_command_line_settings_count_as_snakemake_would_take_them(run, capsys):
+    tiny = str(ROOT / "tests/tiny_config.yaml")
+    assert status.main([str(run), "--configfile", tiny, "--config", "seed=1", "softmax={bug: {n_rows: 3}}"]) == 1
+    out = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines()[:-1])
+    assert out["softmax/correctness"].strip() == "stale: settings changed since commit abc123"  # seeded
+    assert out["calibration/ceilings"].strip() == "current"
+    with pytest.raises(SystemExit):
+        status.main([str(run), "--configfile", tiny, "--config", "seed=one"])
+    assert "config key seed" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("text, words", [("seed: -1\n", "seed"), ("sofmax: {}\n", "sofmax"),
                                          ("seed: 1\nseed: 2\n", "given twice")])
 def test_a_bad_configfile_is_refused_as_the_workflow_refuses_it(run, tmp_path_factory, capsys, text, words):

@@ -79,7 +79,8 @@ def _own_ceilings(tables: dict[str, pd.DataFrame]) -> str:
 
     timed = {k: d for k, d in sorted(tables.items()) if k.endswith("/performance") and not summary.ok(d).empty}
     return "Each timing job's own ceilings:\n\n" + md_table(pd.DataFrame(
-        [{"table": f"`{k}`", "copy GB/s": own_ceiling(d, "copy_gbps"), "bf16 matmul TFLOP/s": own_ceiling(d, "matmul_tflops")}
+        [{"table": f"`{k}`", **{what: own_ceiling(d, name) or "not recorded (an older table)"
+                                 for what, name in (("copy GB/s", "copy_gbps"), ("bf16 matmul TFLOP/s", "matmul_tflops"))}}
          for k, d in timed.items()]), ".4g")
 
 
@@ -110,8 +111,9 @@ def _schedule(run_dir: Path) -> str:
                                    "start_s": (g["start"] - t0).dt.total_seconds(),
                                    "seconds": (g["end"] - g["start"]).dt.total_seconds()}))
     table = pd.concat(parts).sort_values(["commit", "gpu", "start_s"])
-    return ("Each experiment job, on the GPU it locked (last characters of its UUID), in seconds from the start of "
-            "the pipeline invocation that ran it (one per commit that made tables here):\n\n" + "\n".join(lines)
+    return ("Each experiment job, in seconds from the first start among the jobs of its commit (one pipeline "
+            "invocation where the tables of a commit were made at once; a rerun at the same commit joins it), and "
+            "on a GPU the one it locked (last characters of its UUID):\n\n" + "\n".join(lines)
             + "\n\n" + md_table(table, ".1f"))
 
 

@@ -1,6 +1,6 @@
 """Which tables of a run are out of date with this checkout's code or settings, and why.
 
-    python -m lab status results/nvidia-h200 [--configfile more.yaml ...]
+    python -m lab status results/nvidia-h200 [--configfile more.yaml ...] [--config KEY=VALUE ...]
 
 Decided from content, as the workflow decides it: each table recorded the hash of the settings and of
 the source files that made it; this checkout's config and code give the hashes a current table must
@@ -21,17 +21,22 @@ from . import plan, provenance, runs, settings
 from .units import registry, schemas
 
 
-def config_of(paths: list[str]) -> dict:
-    """config.yaml, updated by each further file, the way Snakemake merges --configfile."""
-    def merge(base: dict, more: dict) -> dict:
-        out = dict(base)
-        for k, v in more.items():
-            out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-        return out
+def _merge(base: dict, more: dict) -> dict:
+    out = dict(base)
+    for k, v in more.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
+
+def config_of(paths: list[str], given: dict | None = None) -> dict:
+    """config.yaml, updated by each further file, the way Snakemake merges --configfile, then by ``given``
+    ({key: value} as --config gives them), each value the type its key asks for (settings.from_command_line)."""
     config: dict = {}
     for path in paths:
-        config = merge(config, yaml.safe_load(Path(path).read_text()) or {})
+        config = _merge(config, yaml.safe_load(Path(path).read_text()) or {})
+    if given:
+        config = _merge(config, given)
+        settings.from_command_line(config, given, schemas())
     return config
 
 
@@ -73,6 +78,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lab status", description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=Path, help="a run folder, e.g. results/nvidia-h200")
     ap.add_argument("--configfile", action="append", default=[], help="config files on top of config.yaml")
+    ap.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
+                    help="settings on top of those, as snakemake --config takes them (e.g. seed=1)")
     args = ap.parse_args(argv)
     if not args.run.is_dir():
         ap.error(f"{args.run} is not a run folder")
@@ -86,7 +93,13 @@ def main(argv=None) -> int:
     files = [str(root / "config.yaml"), *args.configfile]
     try:
         settings.check_files(files)
-        states = check(args.run, config_of(files), this_machine())
+        given = {}
+        for item in args.config:
+            key, sep, value = item.partition("=")
+            if not (sep and key):
+                raise settings.ConfigError(f"--config takes KEY=VALUE, got {item!r}")
+            given[key] = yaml.safe_load(value)
+        states = check(args.run, config_of(files, given), this_machine())
     except settings.ConfigError as refusal:
         ap.error(str(refusal))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as unreadable:  # a config file missing, binary, not YAML

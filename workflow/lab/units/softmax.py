@@ -604,10 +604,12 @@ def plot_softmax_widths(w, copy_gbps: float | None, device: str) -> plt.Figure:
 
 # --- its report section -------------------------------------------------------------------------------------
 
-@section(["softmax/performance"])
+@section(["softmax/performance", "calibration/ceilings"])
 def section_widths(tables: dict[str, pd.DataFrame]) -> str:
-    """The project's softmax against torch's at every row width, forward and backward."""
-    w = softmax_widths(tables["softmax/performance"], own_ceiling(tables["softmax/performance"], "copy_gbps"))
+    """The project's softmax against torch's at every row width, forward and backward (fractions of the copy
+    rate its job measured; in a table from before jobs measured their own, the calibration job's)."""
+    w = softmax_widths(tables["softmax/performance"], own_ceiling(tables["softmax/performance"], "copy_gbps",
+                                                                  tables["calibration/ceilings"]))
     if w.empty:
         return ""
     out = ["\n### softmax at every row width, median GB/s (inputs of the same size; `torch/triton time` > 1: the "
