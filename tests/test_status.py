@@ -20,7 +20,7 @@ HERE = {"device": "NVIDIA H200", "backend": "gpu", "torch": "2.11.0", "triton": 
 @pytest.fixture
 def run(tmp_path, monkeypatch):
     """A run whose every table records exactly the hashes and software this checkout and machine expect."""
-    monkeypatch.setattr(status, "this_machine", lambda: HERE)
+    monkeypatch.setattr(status, "this_machine", lambda config: HERE)
     for key, want in plan.expected(CONFIG, registry()).items():
         path = tmp_path / f"{key}.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -40,11 +40,15 @@ def config_of(paths: list[str], given: dict | None = None) -> dict:
     return config
 
 
-def this_machine() -> dict:
-    """provenance.software() of this machine's backend, as the workflow would plan a job here."""
-    import torch
+def this_machine(config: dict) -> dict | None:
+    """provenance.software() of the backend the workflow would plan with here (config's, resolved as the
+    workflow resolves it), or None where that backend cannot run here (gpu without a GPU)."""
+    from kernels import backend
 
-    return provenance.software("gpu" if torch.cuda.is_available() else "interpreter")
+    try:
+        return provenance.software(backend.resolve(config["backend"]))
+    except RuntimeError:
+        return None
 
 
 def check(run_dir: Path, config: dict, here: dict | None = None) -> list[tuple[str, str]]:
@@ -99,7 +103,8 @@ def main(argv=None) -> int:
             if not (sep and key):
                 raise settings.ConfigError(f"--config takes KEY=VALUE, got {item!r}")
             given[key] = yaml.safe_load(value)
-        states = check(args.run, config_of(files, given), this_machine())
+        config = config_of(files, given)
+        states = check(args.run, config, this_machine(config))
     except settings.ConfigError as refusal:
         ap.error(str(refusal))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as unreadable:  # a config file missing, binary, not YAML
