@@ -1,0 +1,20 @@
+"""The GPU bench scripts that keep a CPU check (``--check``: their kernels' phases the interpreter can run,
+against torch) still run with this Triton: a script broken by a Triton update would cost a GPU session."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = {"bench_softmax_staged.py": "interpreter check passed", "bench_softmax_tma.py": "check: right"}  # what each prints
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_bench_script_check_passes_in_the_interpreter(script):
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'workflow'}")
+    done = subprocess.run([sys.executable, str(ROOT / "workflow" / "scripts" / script), "--check"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert SCRIPTS[script] in done.stdout, done.stdout
