@@ -133,7 +133,11 @@ def candidates(n: int, direction: str) -> dict:
     0.72-0.76; bf16 0.83, 0.74-0.75, 0.62, 0.60); bf16 at 32768 columns (this script's own run, a copy of
     the 256 MiB tensor at 4107 GB/s), the public forward 0.901, the prefetching rows kernel 0.907 (32 warps)
     and 0.906 (16), the two-pass path with one segment 0.885 (chunks of 8192, 16 warps): 3699 GB/s for the
-    public forward, 0.87 of the pipeline's 1 GiB copy (4225-4258 GB/s), which its tables divide by."""
+    public forward, 0.87 of the pipeline's 1 GiB copy (4225-4258 GB/s), which its tables divide by.
+
+    Written next, without a GPU, to be measured: the split path with the next rows' chunks staged in shared
+    memory by Triton's pipeliner, the wait in inline PTX and 16-bit rows read as int32 pairs
+    (bench_softmax_staged.py, whose docstring says why each of those is needed)."""
     out = {"default": {}}
     width = triton.next_power_of_2(n)
     for tile in (1024, 2048, 4096, 8192, 16384, 32768) if direction == "forward" else ():
