@@ -199,7 +199,7 @@ def _arguments(q, k, v) -> tuple[tuple, dict]:
     n_q, d = q.shape
     n_k = k.shape[0]
     if n_k == 0:
-        raise ValueError("attention needs at least one key")
+        raise ValueError(f"k (and v) must have at least one key (row): got k of shape {tuple(k.shape)}")
     if d == 0:
         raise ValueError(f"attention needs a head dimension of at least 1, got q of shape {tuple(q.shape)}")
     # The writeup's kernel uses one (row_stride, col_stride) pair for all four tensors: dense rows of d,

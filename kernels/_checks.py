@@ -67,7 +67,11 @@ def real(value, name: str) -> float:
         hint = ": pass a Python number (.item())" if isinstance(value, torch.Tensor) else ""
         raise TypeError(f"{name} must be a real number (a Python or NumPy int or float), got "
                         f"{type(value).__name__} {value!r}{hint}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int past the largest float
+        raise ValueError(f"{name} must be a real number a float can hold, got an int of {int(value).bit_length()} "
+                         "bits") from None
 
 
 def integer(value, name: str) -> int:
@@ -111,12 +115,19 @@ def output(out: torch.Tensor, name: str = "out", **inputs: torch.Tensor) -> None
     """Refuse an output tensor that torch would refuse for an ``out=`` argument: one with internal overlap
     (two of its elements at one memory location, e.g. expanded), or one that shares memory with an input
     without being exactly it (an input's exact view is in-place use, which the kernels compute right).
-    Conservative: a layout whose elements merely interleave with another's is refused too. In grad mode,
-    an output that requires grad is refused, as torch refuses it: the kernel writes it outside autograd."""
+    Conservative where an exact answer is dear: a layout too large to check element by element (past
+    OVERLAP_CHECKED elements) whose dimensions interleave, and one whose elements merely interleave with an
+    input's, are refused too. In grad mode, an output that requires grad is refused, as torch refuses it:
+    the kernel writes it outside autograd."""
     if torch.is_grad_enabled() and out.requires_grad:
         raise ValueError(f"{name} requires grad: an out= argument cannot take part in autograd (pass none and "
                          f"use the result, or write into a tensor that does not require grad)")
-    if overlaps_itself(out):
+    overlap = internal_overlap(out)
+    if overlap is None:
+        raise ValueError(f"{name}'s dimensions interleave in memory (shape {tuple(out.shape)}, strides "
+                         f"{out.stride()}) and it has too many elements to check that none share a location; "
+                         f"pass a tensor of a plainer layout, e.g. {name}.clone()")
+    if overlap:
         raise ValueError(f"{name} has internal overlap: more than one of its elements refers to a single memory "
                          f"location (shape {tuple(out.shape)}, strides {out.stride()}); pass a tensor that does "
                          f"not, e.g. {name}.clone()")
@@ -134,14 +145,36 @@ def rows_fit_int32(t: torch.Tensor) -> bool:
 
 
 def overlaps_itself(t: torch.Tensor) -> bool:
-    """Do two of t's elements share a memory location (an expand's stride 0, an unfold's overlapping
-    windows)? True unless each dimension (smallest stride first) steps past everything the smaller ones span."""
-    span = 0  # elements from the first to the last reached by the dimensions seen so far
-    for stride, size in sorted((s, n) for s, n in zip(t.stride(), t.shape) if n > 1):
+    """May two of t's elements share a memory location (an expand's stride 0, an unfold's overlapping
+    windows)? False where they certainly do not: each dimension, smallest stride first, steps past
+    everything the smaller ones span. No sort (each dimension's smaller ones are found by comparison), so
+    that torch.compile traces it with symbolic sizes."""
+    dims = [(stride, size) for stride, size in zip(t.stride(), t.shape) if size > 1]
+    for i, (stride, size) in enumerate(dims):
+        # the dimensions before this one in (stride, size, index) order
+        span = sum(s * (n - 1) for j, (s, n) in enumerate(dims)
+                   if s < stride or (s == stride and (n < size or (n == size and j < i))))
         if stride <= span:
             return True
-        span += stride * (size - 1)
     return False
+
+
+OVERLAP_CHECKED = 2**22  # elements: internal_overlap enumerates offsets up to this many (32 MiB of int64)
+
+
+def internal_overlap(t: torch.Tensor) -> bool | None:
+    """Do two of t's elements share a memory location? True or False; None where overlaps_itself cannot
+    rule it out and t has more than OVERLAP_CHECKED elements (its offsets are then not enumerated)."""
+    if not overlaps_itself(t):
+        return False
+    if any(stride == 0 and size > 1 for stride, size in zip(t.stride(), t.shape)):
+        return True
+    if t.numel() > OVERLAP_CHECKED:
+        return None
+    offsets = torch.zeros((), dtype=torch.int64)
+    for stride, size in zip(t.stride(), t.shape):
+        offsets = offsets.unsqueeze(-1) + torch.arange(size, dtype=torch.int64) * stride
+    return offsets.unique().numel() < t.numel()
 
 
 def _span_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -1265,6 +1265,7 @@ def flash_attention_ref(q, k, v, causal: bool = False, sm_scale: float | None = 
     s = (q.to(dtype) @ k.to(dtype).transpose(-1, -2)) * sm_scale
     if causal:
         s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
-    p = torch.softmax(s, dim=-1)
-    p = p.masked_fill((s == float("-inf")).all(dim=-1, keepdim=True), 0.0)  # softmax of -inf alone is NaN
+    # a row of -inf alone: softmax would be NaN, and its backward NaN too; such a row is 0, its gradient 0
+    empty = (s == float("-inf")).all(dim=-1, keepdim=True)
+    p = torch.softmax(s.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
     return p @ v.to(dtype)

@@ -22,7 +22,9 @@ __all__ = ["relu_dropout", "relu_dropout_ref", "relu_dropout_writeup", "relu_dro
 
 @triton.jit
 def _kept(seed, start, p, BLOCK_SIZE: tl.constexpr, WIDE: tl.constexpr):
-    """Which of elements [start, start + BLOCK_SIZE) survive. The writeup draws tl.rand(seed, offsets): one
+    """Which of elements [start, start + BLOCK_SIZE) survive: those whose uniform u in [0, 1) has u >= p (so
+    with probability 1 - p, and every one at p = 0; the writeup's u > p drops a u of exactly 0, which
+    tl.rand draws with probability 2**-31). The writeup draws tl.rand(seed, offsets): one
     Philox evaluation per element, which makes the kernel compute-bound on a GPU. One tl.rand4x call yields
     four uniforms, so element 4c + j takes the j-th draw of counter c: a quarter of the Philox work, still
     a pure function of (seed, element index), so the backward draws the same mask again.
@@ -37,31 +39,39 @@ def _kept(seed, start, p, BLOCK_SIZE: tl.constexpr, WIDE: tl.constexpr):
         r2, r3 = tl.uint_to_uniform_float(i2), tl.uint_to_uniform_float(i3)
     else:
         r0, r1, r2, r3 = tl.rand4x(seed, counters)
-    return tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), [BLOCK_SIZE]) > p  # element 4c + j: r_j
+    return tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), [BLOCK_SIZE]) >= p  # element 4c + j: r_j
 
 
 @triton.jit
-def _relu_dropout_kernel(x_ptr, out_ptr, n_elements, p, seed, BLOCK_SIZE: tl.constexpr, WIDE: tl.constexpr):
+def _fp32(value):
+    """A float argument as fp32, in Triton's interpreter too (which would keep a Python float's 64 bits)."""
+    return tl.full([], value, tl.float32)
+
+
+@triton.jit
+def _relu_dropout_kernel(x_ptr, out_ptr, n_elements, p, keep, seed, BLOCK_SIZE: tl.constexpr, WIDE: tl.constexpr):
+    """keep = 1 - p, computed by the caller in float64: 1 - p in fp32 from p in fp32 loses p's rounding
+    error relative to 1 - p (p = 0.999: the survivors' scale 1000.013 for 1000)."""
     start = block_start(BLOCK_SIZE, WIDE)
     offsets = start + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
     x = tl.load(x_ptr + offsets, mask=mask)
     x = tl.where(x < 0.0, 0.0, x)  # relu that keeps NaN, as torch.relu does (tl.maximum would return 0)
-    out = tl.where(_kept(seed, start, p, BLOCK_SIZE, WIDE), x / (1 - p), 0.0)
+    out = tl.where(_kept(seed, start, _fp32(p), BLOCK_SIZE, WIDE), x / _fp32(keep), 0.0)
     tl.store(out_ptr + offsets, out, mask=mask)
 
 
 @triton.jit
-def _relu_dropout_backward_kernel(dy_ptr, x_ptr, dx_ptr, n_elements, p, seed, BLOCK_SIZE: tl.constexpr,
+def _relu_dropout_backward_kernel(dy_ptr, x_ptr, dx_ptr, n_elements, p, keep, seed, BLOCK_SIZE: tl.constexpr,
                                   WIDE: tl.constexpr):
     """dx = dy / (1 - p) where the element was kept and x > 0 or NaN (torch's relu passes the gradient at a
-    NaN, which it keeps), else 0; the mask drawn again from the seed."""
+    NaN, which it keeps), else 0; the mask drawn again from the seed; keep = 1 - p as in the forward."""
     start = block_start(BLOCK_SIZE, WIDE)
     offsets = start + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
     x = tl.load(x_ptr + offsets, mask=mask)
     dy = tl.load(dy_ptr + offsets, mask=mask).to(tl.float32)
-    dx = tl.where(_kept(seed, start, p, BLOCK_SIZE, WIDE) & ((x > 0.0) | (x != x)), dy / (1 - p), 0.0)
+    dx = tl.where(_kept(seed, start, _fp32(p), BLOCK_SIZE, WIDE) & ((x > 0.0) | (x != x)), dy / _fp32(keep), 0.0)
     tl.store(dx_ptr + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
@@ -88,7 +98,7 @@ def relu_dropout(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -
         return _relu_dropout_op(x, p, seed, block_size)
     if torch.is_grad_enabled() and x.requires_grad:
         return _ReluDropout.apply(x, p, seed, block_size)
-    return _launch(_relu_dropout_kernel, x, p, seed, block_size, int64_capable=True)
+    return _launch(_relu_dropout_kernel, x, p, seed, block_size, improved=True)
 
 
 def relu_dropout_backward(dy: torch.Tensor, x: torch.Tensor, p: float, seed: int,
@@ -133,7 +143,7 @@ def _backward_kernel(dy, x, p, seed, block_size):
     dx = torch.empty_like(x)
     n = dx.numel()
     if n:
-        _relu_dropout_backward_kernel[(triton.cdiv(n, block_size),)](dy, x, dx, n, float(p), seed,
+        _relu_dropout_backward_kernel[(triton.cdiv(n, block_size),)](dy, x, dx, n, float(p), 1.0 - p, seed,
                                                                      BLOCK_SIZE=block_size, WIDE=wide(n, block_size))
     return dx
 
@@ -143,7 +153,7 @@ class _ReluDropout(torch.autograd.Function):
     def forward(ctx, x, p, seed, block_size):
         ctx.save_for_backward(x)
         ctx.args = (p, seed, block_size)
-        return _launch(_relu_dropout_kernel, x, p, seed, block_size, int64_capable=True)
+        return _launch(_relu_dropout_kernel, x, p, seed, block_size, improved=True)
 
     @staticmethod
     def backward(ctx, dy):
@@ -156,7 +166,7 @@ class _ReluDropout(torch.autograd.Function):
 @torch.library.custom_op("kernels::relu_dropout", mutates_args=(),
                          schema="(Tensor x, float p, int seed, int block_size) -> Tensor")
 def _relu_dropout_op(x, p, seed, block_size):
-    return _launch(_relu_dropout_kernel, x, p, seed, block_size, int64_capable=True)
+    return _launch(_relu_dropout_kernel, x, p, seed, block_size, improved=True)
 
 
 @torch.library.custom_op("kernels::relu_dropout_backward", mutates_args=(),
@@ -222,14 +232,14 @@ def _check_args(x: torch.Tensor, p: float, seed: int, block_size: int) -> tuple[
 
 
 @serialized
-def _launch(kernel, x: torch.Tensor, p: float, seed: int, block_size: int, int64_capable: bool = False) -> torch.Tensor:
-    """``int64_capable``: the kernel takes the WIDE constexpr (the improved ones do, the writeup's does not)."""
+def _launch(kernel, x: torch.Tensor, p: float, seed: int, block_size: int, improved: bool = False) -> torch.Tensor:
+    """``improved``: the improved kernel, which takes 1 - p besides p and the WIDE constexpr (the writeup's neither)."""
     x = x.contiguous()
     out = torch.empty_like(x)
     n = out.numel()
     if n:
-        extra = {"WIDE": wide(n, block_size)} if int64_capable else {}
-        kernel[(triton.cdiv(n, block_size),)](x, out, n, float(p), seed, BLOCK_SIZE=block_size, **extra)
+        scalars, extra = ((float(p), 1.0 - p), {"WIDE": wide(n, block_size)}) if improved else ((float(p),), {})
+        kernel[(triton.cdiv(n, block_size),)](x, out, n, *scalars, seed, BLOCK_SIZE=block_size, **extra)
     return out
 
 

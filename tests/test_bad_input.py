@@ -48,7 +48,7 @@ BAD = [
     (lambda: softmax(randn(2, 3), out=randn(2, 4)), ValueError, "out"),
     # the writeup's attention
     (lambda: attention(randn(5, 32), randn(15, 16), randn(15, 16)), ValueError, "head dimension"),
-    (lambda: attention(randn(5, 32), randn(0, 32), randn(0, 32)), ValueError, "key"),
+    (lambda: attention(randn(5, 32), randn(0, 32), randn(0, 32)), ValueError, "k (and v) must have at least one key"),
     (lambda: attention(randn(5, 32), randn(15, 32), randn(14, 32)), ValueError, "shape"),
     # flash_attention
     (lambda: flash_attention(*qkv(k=(1, 2, 8, 16))), ValueError, "head_dim"),
@@ -59,6 +59,7 @@ BAD = [
     (lambda: flash_attention(*qkv(), sm_scale=-1.0), ValueError, "sm_scale"),
     (lambda: flash_attention(*qkv(), sm_scale=1e-46), ValueError, "sm_scale"),  # 0 in fp32: masked scores NaN
     (lambda: flash_attention(*qkv(), sm_scale=1e300), ValueError, "sm_scale"),  # inf in fp32
+    (lambda: flash_attention(*qkv(), sm_scale=10**400), ValueError, "sm_scale"),  # past any float
     (lambda: flash_attention(*[t.to(torch.int32) for t in qkv()]), TypeError, "dtype"),
     # sparse inputs: every kernel wants dense (strided) tensors
     (lambda: vector_add(randn(4).to_sparse(), randn(4)), TypeError, "x must be a dense tensor"),
@@ -179,6 +180,36 @@ def test_out_with_overlap_is_refused(name, monkeypatch):
         with pytest.raises(ValueError, match="out (has internal overlap|overlaps x)"):
             fn(x, out=out)
         assert torch.equal(storage, before), f"{what}: memory written before the refusal"
+
+
+@pytest.mark.parametrize("name", WITH_OUT)
+def test_out_whose_dimensions_interleave_without_overlap_is_taken(name, monkeypatch):
+    """Strides (2, 5) for (5, 5): the columns step past a row's span but no element repeats (offsets 2i + 5j
+    are distinct for i, j < 5). torch takes it as out=; so do the kernels, and write where it points."""
+    fn = WITH_OUT[name](monkeypatch)
+    x = randn(5, 5)
+    out = torch.full((40,), 7.0, device=DEVICE).as_strided((5, 5), (2, 5))
+    assert fn(x, out=out) is out
+    torch.testing.assert_close(out, torch.softmax(x, dim=-1))
+
+
+def test_internal_overlap_is_exact_on_small_layouts():
+    """Against the offsets themselves, for every layout of up to 3 dimensions of sizes 1..3 and strides 0..4;
+    overlaps_itself (the quick test) may say True where there is none, never False where there is."""
+    import itertools
+
+    from kernels import _checks
+
+    base = torch.empty(64)
+    for ndim in (1, 2, 3):
+        for shape in itertools.product(range(1, 4), repeat=ndim):
+            for strides in itertools.product(range(5), repeat=ndim):
+                t = base.as_strided(shape, strides)
+                offsets = sum(torch.arange(n).view([-1 if d == i else 1 for d in range(ndim)]) * s
+                              for i, (s, n) in enumerate(zip(strides, shape)))
+                shared = offsets.flatten().unique().numel() < t.numel()
+                assert _checks.internal_overlap(t) == shared, (shape, strides)
+                assert _checks.overlaps_itself(t) or not shared, (shape, strides)
 
 
 @pytest.mark.parametrize("name", WITH_OUT)

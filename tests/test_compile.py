@@ -67,3 +67,21 @@ def test_the_others_run_eagerly_at_a_graph_break_and_fullgraph_refuses_them(name
     torch.testing.assert_close(compiled(call, fullgraph=False)(*inputs), call(*inputs) * 2)
     with pytest.raises(Exception, match="(?i)skip|disable"):
         compiled(call, fullgraph=True)(*inputs)
+
+
+@pytest.mark.parametrize("name", IN_GRAPH)
+def test_functions_with_a_custom_op_compile_with_symbolic_shapes(name):
+    """dynamic=True, fullgraph: the checks before the custom op trace with symbolic sizes (no sorting of
+    them, for one), and one graph serves a second shape (the rows, or the sequence, one shorter)."""
+    call, args = IN_GRAPH[name]
+    torch._dynamo.reset()
+    fn = torch.compile(lambda *a: call(*a) * 2, fullgraph=True, dynamic=True, backend="aot_eager")
+    for shorter in (False, True):
+        inputs = [(t.narrow(-2, 0, t.shape[-2] - 1) if shorter else t).detach().requires_grad_() for t in args()]
+        out = fn(*inputs)
+        want = call(*inputs) * 2
+        torch.testing.assert_close(out, want)
+        grads = [torch.autograd.grad(o, inputs, torch.ones_like(o), allow_unused=True, materialize_grads=True)
+                 for o in (out, want)]
+        for g, w in zip(*grads):
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)

@@ -567,6 +567,27 @@ def test_a_query_of_minus_inf_gets_zero_output_and_gradient_and_leaves_the_other
     torch.testing.assert_close(dk[..., columns].double(), wk[..., columns], atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_reference_gives_sdpas_gradients_for_a_row_of_minus_inf(causal):
+    """flash_attention_ref, float64, beside SDPA's math: a query whose every score is -inf gets output 0 and
+    gradient 0 (not the NaN softmax's backward gives such a row), dK NaN only in the -inf's column (0 * -inf)."""
+    import torch.nn.functional as F
+
+    q, k, v = (torch.randn(1, 2, 4, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    k = k.abs() + 0.1
+    q[0, 0, 2, 0] = float("-inf")  # row 2 of head 0: -inf against every key
+    do = torch.randn(1, 2, 4, 8, dtype=torch.float64)
+    got, want = [], []
+    for fn, into in ((lambda *a: flash_attention_ref(*a, causal=causal, dtype=torch.float64), got),
+                     (lambda *a: F.scaled_dot_product_attention(*a, is_causal=causal), want)):
+        inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = fn(*inputs)
+        into.extend([out, *torch.autograd.grad(out, inputs, do)])
+    for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
+        torch.testing.assert_close(g, w, equal_nan=True, msg=name)
+    assert got[1][0, 0, 2].eq(0).all() and got[2][0, 0, :, 1:].isfinite().all()
+
+
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
 def test_the_warp_specialized_kernels_run_unless_turned_off(monkeypatch):
     """KERNELS_FLASH_WS: by default (1) the forward's, the dK/dV and the dQ kernel's TMA forms run for '/ws' tiles

@@ -115,11 +115,13 @@ def test_int64_offsets_are_two_counter_words(seed):
     assert torch.equal(uniform(seed, small), uniform(seed, small.int()))  # int64 below 2**31 == int32
 
 
-def dropout_reference(x: torch.Tensor, p: float, u: torch.Tensor) -> torch.Tensor:
-    """where(u > p, relu(x) / (1 - p), 0) in the kernels' fp32 arithmetic: p, 1 - p and the quotient in fp32."""
+def dropout_reference(x: torch.Tensor, p: float, u: torch.Tensor, writeup: bool = False) -> torch.Tensor:
+    """The kernels' fp32 arithmetic: the writeup's where(u > p, relu(x) / (1 - p), 0) with p and 1 - p in fp32;
+    the improved kernel's where(u >= p, relu(x) / (1 - p), 0) with p in fp32 and 1 - p from float64."""
     p32 = np.float32(p)
-    keep = u.to(x.device) > torch.tensor(p32, device=x.device)
-    scaled = torch.relu(x) / torch.tensor(np.float32(1) - p32, device=x.device)
+    u = u.to(x.device)
+    keep = u > torch.tensor(p32, device=x.device) if writeup else u >= torch.tensor(p32, device=x.device)
+    scaled = torch.relu(x) / torch.tensor(np.float32(1) - p32 if writeup else np.float32(1 - p), device=x.device)
     return torch.where(keep, scaled, torch.zeros_like(scaled))
 
 
@@ -141,7 +143,7 @@ SIZES = [(4, 37), (64, 1001), (1024, 3001)]  # (block_size, n): few programs, as
 def test_writeup_kernel_equals_reference(p, seed, block_size, n):
     x = randn(n, seed=seed % 1000)
     u = uniform(seed, torch.arange(n, dtype=torch.int32))  # element i: counter i, word 0
-    assert_matches(relu_dropout_writeup(x, p, seed, block_size=block_size), dropout_reference(x, p, u))
+    assert_matches(relu_dropout_writeup(x, p, seed, block_size=block_size), dropout_reference(x, p, u, writeup=True))
 
 
 @pytest.mark.parametrize("block_size, n", SIZES)
@@ -162,8 +164,8 @@ def test_improved_backward_equals_reference():
     n, p, seed = 1000, 0.3, 77
     x, dy = randn(n, seed=1), randn(n, seed=2)
     u = uniform4x_elements(seed, n).to(DEVICE)
-    keep = (u > torch.tensor(np.float32(p), device=DEVICE)) & (x > 0)
-    ref = torch.where(keep, dy / torch.tensor(np.float32(1) - np.float32(p), device=DEVICE), 0.0)
+    keep = (u >= torch.tensor(np.float32(p), device=DEVICE)) & (x > 0)
+    ref = torch.where(keep, dy / torch.tensor(np.float32(1 - p), device=DEVICE), 0.0)
     out = relu_dropout_backward(dy, x, p, seed, block_size=256)
     if ON_GPU:  # dy may be negative: compare the mask, then the values to 2 ulp
         assert torch.equal(out != 0, ref != 0)

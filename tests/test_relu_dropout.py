@@ -42,7 +42,7 @@ def test_survivors_scaled_by_one_over_keep(n, dtype):
     x = randn(n, dtype=dtype, seed=4)
     out = relu_dropout(x, p, seed=5)
     # the mask rebuilt from the seed alone (kernels._philox), not read off the output under test
-    keep = uniform4x_elements(5, n, device=x.device) > torch.tensor(p, dtype=torch.float32)
+    keep = uniform4x_elements(5, n, device=x.device) >= torch.tensor(p, dtype=torch.float32)
     ref = relu_dropout_ref(x, p, keep)
     # Both round the fp32 quotient to dtype; allow one ulp for 1/(1-p) computed in fp32 vs double.
     assert torch.allclose(out.float(), ref.float(), rtol=2 * torch.finfo(dtype).eps, atol=0)
@@ -55,7 +55,7 @@ def test_a_64_bit_seed_keys_philox_with_all_its_bits(seed):
     as the reference rebuilt from it without Triton, and another than its low 32 bits alone draw."""
     x = positive(4099)
     keep = relu_dropout(x, 0.3, seed) != 0
-    assert torch.equal(keep, uniform4x_elements(seed, x.numel(), device=x.device) > torch.tensor(0.3))
+    assert torch.equal(keep, uniform4x_elements(seed, x.numel(), device=x.device) >= torch.tensor(0.3))
     assert torch.equal(relu_dropout_backward(torch.ones_like(x), x, 0.3, seed) != 0, keep)
     if seed >= 2**32:
         assert not torch.equal(keep, relu_dropout(x, 0.3, seed % 2**32) != 0)
@@ -71,6 +71,29 @@ def test_same_seed_same_output_other_seed_differs():
 def test_p_zero_is_relu():
     x = randn(1000)
     assert torch.equal(relu_dropout(x, 0.0, 1), torch.relu(x))
+
+
+def test_p_zero_keeps_an_element_whose_uniform_is_zero():
+    """tl.rand draws exactly 0.0 with probability 2**-31 (from the words 0 and 2**32 - 1): at this seed element 3
+    does. Kept, as p = 0 asks (the writeup's u > p drops it); its gradient too."""
+    seed = 1343428
+    assert uniform4x_elements(seed, 8)[3] == 0  # the case this test is about
+    x = torch.ones(8, device=DEVICE)
+    assert torch.equal(relu_dropout(x, 0.0, seed), x)
+    assert torch.equal(relu_dropout_backward(x, x, 0.0, seed), x)
+
+
+@pytest.mark.parametrize("p", [0.99, 0.999])
+def test_survivors_are_scaled_by_one_over_one_minus_p_near_one(p):
+    """1 - p from p in fp32 would be off by p's rounding error relative to 1 - p (p = 0.999: a scale of 1000.013;
+    on a GPU, where the kernels compute in fp32): the scale is 1 / (1 - p) to fp32's rounding, both ways."""
+    x = positive(65536)
+    out = relu_dropout(x, p, 11, block_size=2**14)
+    dx = relu_dropout_backward(torch.ones_like(x), x, p, 11, block_size=2**14)
+    kept = out != 0
+    assert kept.sum() > 10  # survivors to check
+    torch.testing.assert_close(out[kept], x[kept] / (1 - p), rtol=3e-7, atol=0)
+    torch.testing.assert_close(dx[kept], torch.full_like(dx[kept], 1 / (1 - p)), rtol=3e-7, atol=0)
 
 
 @pytest.mark.parametrize("p", [0.0, 0.5])
@@ -100,7 +123,8 @@ def test_the_printed_kernel_turns_nan_into_zero():
 
 
 @pytest.mark.parametrize("p, error", [(-0.1, ValueError), (1.0, ValueError), (1.5, ValueError),
-                                      (float("nan"), ValueError), ("0.5", TypeError), (True, TypeError)])
+                                      (float("nan"), ValueError), (10**400, ValueError), ("0.5", TypeError),
+                                      (True, TypeError)])
 def test_bad_p_is_refused(p, error):  # a value out of range: ValueError; not a number at all: TypeError
     with pytest.raises(error, match="p must be"):
         relu_dropout(randn(10), p, 0)

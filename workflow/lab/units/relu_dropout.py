@@ -104,9 +104,9 @@ def _kernels() -> dict:
 
 
 def _seed_uniforms(provider: str, seed: int, n: int) -> torch.Tensor:
-    """The uniform each element's keep decision compares with p, recomputed from the seed without Triton
-    (kernels._philox): the writeup's kernel draws tl.rand(seed, i) for element i; the improved one gives
-    element 4c + j output j of tl.rand4x(seed, c)."""
+    """The uniform u each element's keep decision compares with p, recomputed from the seed without Triton
+    (kernels._philox): the writeup's kernel draws tl.rand(seed, i) for element i and keeps u > p; the improved
+    one gives element 4c + j output j of tl.rand4x(seed, c) and keeps u >= p (all of them at p = 0)."""
     from kernels import _philox
 
     if provider == WRITEUP:
@@ -151,7 +151,8 @@ def _statistics(relu_dropout, x: torch.Tensor, p: float, s: dict, params: dict) 
             rows.append(row("drop_rate_single_seed", rate, "fraction", seed=seed, **params))
             rows.append(row("same_seed_identical", torch.equal(out, relu_dropout(x, p, seed)), "bool", **params))
             # Given the seed the output is determined: compare it with one built from Philox alone.
-            keep = _seed_uniforms(params["provider"], seed, size) > torch.tensor(p, dtype=torch.float32)
+            u, p32 = _seed_uniforms(params["provider"], seed, size), torch.tensor(p, dtype=torch.float32)
+            keep = u > p32 if params["provider"] == WRITEUP else u >= p32  # the writeup's test, and the fix's
             ref = torch.where(keep, (x.float() / (1 - p)).to(x.dtype), 0.0)
             rows.append(row("mask_equals_seed_reference", torch.equal(kept, keep), "bool", **params))
             rows.append(row("allclose_seed_reference", torch.allclose(out, ref, rtol=s["reference_rtol"], atol=0),
