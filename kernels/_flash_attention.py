@@ -66,11 +66,13 @@ CANDIDATES = {
 WS_HEAD_DIMS = {"fwd": (64, 128), "bwd_dkdv": (128,), "bwd_dq": (128,)}
 MASKED_KINDS = ("fwd", "bwd_dkdv")  # the kernels whose '/ws' tiles have a '/ws/masked' form (below)
 # A causal forward on a '/ws' tile runs the TMA kernel over the key tiles no row's mask cuts, then the
-# pointer kernel over those it cuts, with these (BLOCK_N, warps, stages) and the '/ws' tile's BLOCK_M.
-DIAGONAL_FWD = (64, 8, 2)
+# pointer kernel over those it cuts, with this tile (BLOCK_M, BLOCK_N, warps, stages); its BLOCK_M at most
+# the '/ws' tile's and a divisor of it (a smaller one: more programs, each fewer registers, for the same work;
+# the H200 has measured only the '/ws' tile's, 128: the sixteenth round of tune_flash.py).
+DIAGONAL_FWD = (128, 64, 8, 2)
 # Under a causal mask a '/ws' tile of the forward or the two-pass backward's dK/dV kernel runs in one of two
 # forms, both offered to the tuner: '/ws' splits at the diagonal (the pointer kernel takes the tiles the mask
-# cuts: for the forward after the TMA kernel, with DIAGONAL_FWD's sizes and the tile's BLOCK_M; for dK/dV before
+# cuts: for the forward after the TMA kernel, with DIAGONAL_FWD's sizes; for dK/dV before
 # it, with the tile's sizes and DIAGONAL_DKDV's warps and stages, leaving its partial sums in fp32, a scratch
 # buffer per call of 4x K's size in bf16), '/ws/masked' runs every tile in the TMA kernel, masked, in one launch.
 # H200, head_dim 128, bf16 (tune_flash.py, seventeenth round): the masked forward 7.6% faster at S = 4096 and
@@ -192,11 +194,12 @@ def _flash_fwd_kernel(
     stride_ob, stride_oh, stride_om, stride_od,
     n_heads, seq_q, seq_k, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WS_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WS_N: tl.constexpr, WS_M: tl.constexpr,
 ):
     # STORE_LSE=False: no backward will follow (inference), so the log-sum-exp is not written.
-    # WS_N > 0 (causal, after _flash_fwd_tma_kernel with PARTIAL and the same BLOCK_M): that kernel has
-    # run the key tiles before the last multiple of WS_N at or before the diagonal, unmasked, and left
+    # WS_N > 0 (causal, after _flash_fwd_tma_kernel with PARTIAL, BLOCK_M WS_M, a multiple of this BLOCK_M):
+    # for each of its query tiles that kernel has run the key tiles before the last multiple of WS_N at or
+    # before the diagonal of the tile's first row, unmasked, and left
     # each row's output over them, normalised, in o and its log-sum-exp in part_ptr ((seq_q, 4) rows per
     # head); this kernel starts from there and runs the rest.
     start_m, bh = _tile_and_head(seq_q, BLOCK_M)
@@ -227,7 +230,8 @@ def _flash_fwd_kernel(
         hi = seq_k
         full_hi = seq_k
     if WS_N > 0:  # a softmax over those keys alone: max lse, sum 1 (0 where the row saw none of them)
-        full_hi = (full_hi // WS_N) * WS_N
+        ws_first = (start_m // WS_M) * WS_M  # the first row of the TMA kernel's tile these rows were in
+        full_hi = (tl.maximum(tl.minimum(seq_k, ws_first + causal_offset + 1), 0) // WS_N) * WS_N
         acc = tl.load(o_ptrs, mask=tile_mask, other=0.0).to(tl.float32)
         m_i = tl.load(part_ptr + (bh.to(tl.int64) * seq_q + offs_m) * 4, mask=row_mask, other=float("-inf"))
         l_i = tl.where(m_i == float("-inf"), 0.0, 1.0)
@@ -790,6 +794,16 @@ def tile_stages(block_d: int, causal: bool) -> int:
     return 2 if block_d <= 64 and not causal else 1
 
 
+def diagonal_fwd(tile: Tile) -> Tile:
+    """The pointer kernel's tile for the key tiles at the diagonal, after the TMA kernel ran the '/ws' tile
+    ``tile`` (DIAGONAL_FWD; its BLOCK_M no larger than the '/ws' tile's, which it must divide)."""
+    block_m, *rest = DIAGONAL_FWD
+    block_m = min(block_m, tile.block_m)
+    if tile.block_m % block_m:
+        raise ValueError(f"DIAGONAL_FWD's BLOCK_M {block_m} does not divide the '/ws' tile's {tile.block_m}")
+    return Tile(block_m, *rest)
+
+
 def _flat(t: torch.Tensor, block: int) -> bool:
     """Are t's (b, h, s, d) rows one (b * h * s, d) matrix, with whole ``block``-row tiles in each head
     and row indices that fit in int32? Then one tensor descriptor addresses every head."""
@@ -848,7 +862,7 @@ class _Forward:
         def prepared(tile: Tile) -> tuple[Prepared | None, Prepared | None]:
             """(the TMA kernel's launch or None, the pointer kernel's launch or None): causal on a '/ws'
             tile runs both, the TMA kernel over the tiles no row's mask cuts, then the pointer kernel
-            (the '/ws' tile's BLOCK_M, DIAGONAL_FWD's other sizes) over the rest."""
+            (DIAGONAL_FWD's sizes) over the rest."""
             programs = _cdiv(seq_q, tile.block_m) * batch * heads
             if tile.ws and tma:
                 split = causal and not tile.masked
@@ -857,11 +871,11 @@ class _Forward:
                 ws = _prepare(_flash_fwd_tma_kernel, min(programs, sm_count(q.device)), (*numbers, batch * heads),
                               {**consts, "EVEN_K": split or seq_k % tile.block_n == 0, "PARTIAL": split,
                                "FLAT": flat, "TILE_STAGES": tile_stages(block_d, causal)}, tile)
-                diagonal = Tile(tile.block_m, *DIAGONAL_FWD)
-                return ws, _prepare(_flash_fwd_kernel, programs, numbers, {**consts, "WS_N": tile.block_n},
-                                    diagonal) if split else None
+                diagonal = diagonal_fwd(tile)
+                return ws, _prepare(_flash_fwd_kernel, _cdiv(seq_q, diagonal.block_m) * batch * heads, numbers,
+                                    {**consts, "WS_N": tile.block_n, "WS_M": tile.block_m}, diagonal) if split else None
             # a pinned '/ws' tile where the TMA kernel cannot run runs its sizes in the pointer kernel
-            return None, _prepare(_flash_fwd_kernel, programs, numbers, {**consts, "WS_N": 0}, tile)
+            return None, _prepare(_flash_fwd_kernel, programs, numbers, {**consts, "WS_N": 0, "WS_M": 0}, tile)
 
         self.tile = _tile("fwd", q, seq_q, seq_k, block_d, causal, lambda t: self._run(*prepared(t), q, k, v, o, lse), tma)
         self.ws, self.launch = prepared(self.tile)

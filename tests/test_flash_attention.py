@@ -338,6 +338,25 @@ def test_the_causal_forward_split_between_the_tma_and_pointer_kernels_meets_the_
 
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")
+@pytest.mark.parametrize("sq, sk", [(100, 100), (70, 130), (130, 70), (17, 1)])
+def test_the_causal_split_with_a_smaller_diagonal_tile_meets_the_rule(sq, sk, monkeypatch):
+    """The pointer kernel at the diagonal in tiles of 16 query rows (DIAGONAL_FWD), two to each of the TMA
+    kernel's 32: both start from the key tile where that kernel stopped for the first row of its tile."""
+    from kernels import _flash_attention as fa
+
+    monkeypatch.setattr(fa, "DIAGONAL_FWD", (16, 16, 4, 1))
+    diagonal, chosen = [], fa.diagonal_fwd
+    monkeypatch.setattr(fa, "diagonal_fwd", lambda tile: diagonal.append(chosen(tile)) or diagonal[-1])
+    with tma_in_the_interpreter(monkeypatch, fwd="32x32/w4/s1/ws") as used:  # fp32: no rounding to blur a wrong key
+        check(*qkv(1, 2, sq, sk, 16, torch.float32), True, torch.float32)
+    assert any(kernel is fa._flash_fwd_kernel and c["WS_N"] == 32 and c["WS_M"] == 32 for kernel, c in used)
+    assert diagonal and all(t.block_m == 16 for t in diagonal)
+    with pytest.raises(ValueError, match="does not divide"):
+        monkeypatch.setattr(fa, "DIAGONAL_FWD", (24, 16, 4, 1))
+        fa.diagonal_fwd(fa.Tile(32, 32, 4, 1, True))
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")
 @pytest.mark.parametrize("sq, sk, d, strided, causal", [(100, 70, 16, False, False), (64, 64, 16, True, False),
                                                         (4, 1, 16, False, False), (36, 50, 24, False, False),
                                                         (99, 70, 16, False, False), (100, 70, 16, False, True)])

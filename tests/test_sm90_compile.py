@@ -9,7 +9,8 @@ from lab.sm90 import shared_memory_each
 
 HOPPER_SHARED_PER_BLOCK = 232448  # max shared memory per block (opt-in) on H100/H200
 # the forward that a backward follows; the dk/dv kernel with and without the one-pass backward's dQ
-CONSTS = {"fwd": {"STORE_LSE": True, "WS_N": 0}, "bwd_dkdv": {"ADD_DQ": False, "DIAGONAL": False, "LONGEST_FIRST": False},
+CONSTS = {"fwd": {"STORE_LSE": True, "WS_N": 0, "WS_M": 0},
+          "bwd_dkdv": {"ADD_DQ": False, "DIAGONAL": False, "LONGEST_FIRST": False},
           "bwd_dq": {"LONGEST_FIRST": False}, "bwd_one_pass": {"ADD_DQ": True, "DIAGONAL": False, "LONGEST_FIRST": False}}
 ELT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
@@ -86,9 +87,9 @@ def test_the_warp_specialized_forward_compiles_within_hopper_shared_memory(store
                                                 TILE_STAGES=fa.tile_stages(head_dim, causal)))
         for t in tiles for flat in (True, False)})
     if split:
-        diagonal = [fa.Tile(t.block_m, *fa.DIAGONAL_FWD) for t in tiles]
-        assert_each_fits("_flash_fwd_kernel", arg_types("_flash_fwd_kernel", 6, "bf16"), diagonal,
-                         dict(consts, WS_N=tiles[0].block_n))
+        for t in tiles:
+            assert_each_fits("_flash_fwd_kernel", arg_types("_flash_fwd_kernel", 6, "bf16"), [fa.diagonal_fwd(t)],
+                             dict(consts, WS_N=t.block_n, WS_M=t.block_m))
 
 
 @pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 128), (torch.bfloat16, 256),  # 256: the estimate's edge

@@ -10,7 +10,9 @@ at lengths whose diagonal cuts tiles at every offset, the '/ws' tiles pinned in 
 each head_dim, batch x seq = 16384, 16 heads, causal forward and forward+backward TFLOP/s (do_bench medians;
 4·B·H·S²·D x 0.5, x 3.5 with the backward) beside cuDNN in the same process: the forward and (head_dim 128)
 dK/dV pinned to their '/ws' tiles, split and masked, then everything tuned afresh with and without the
-masked forms (the tiles chosen are in the label). One CSV row per measurement; the summary is printed.
+masked forms (the tiles chosen are in the label). ``--diagonal 128x64/w8/s2,64x64/w4/s2``: the split form once
+with each of those tiles for the pointer kernel at the diagonal (kernels._flash_attention.DIAGONAL_FWD; its
+BLOCK_M divides the '/ws' tile's), errors included. One CSV row per measurement; the summary is printed.
 A masked forward with a split backward costs fwd(masked) + (fwd_bwd - fwd)(split): the kernels run one after
 another.
 """
@@ -33,7 +35,7 @@ SPEED_LENGTHS = [4096, 8192, 16384]
 
 
 FWD, DKDV = "128x128/w4/s2/ws", "64x128/w4/s2/ws"
-MASKED_KINDS = fa.MASKED_KINDS
+MASKED_KINDS, DIAGONAL_FWD = fa.MASKED_KINDS, fa.DIAGONAL_FWD
 
 
 def max_errors(d: int, causal: bool, lengths, form: str = "") -> dict:
@@ -62,14 +64,25 @@ def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def main(path: str, with_errors: bool, head_dims: list[int], lengths: list[int]) -> None:
+def diagonal(tile: str | None) -> tuple:
+    """DIAGONAL_FWD for a tile given as 'BMxBN/wW/sS' (None: the committed one)."""
+    if tile is None:
+        return DIAGONAL_FWD
+    t = _flash_tiles.Tile.parse(tile, "--diagonal")
+    return (t.block_m, t.block_n, t.warps, t.stages)
+
+
+def main(path: str, with_errors: bool, head_dims: list[int], lengths: list[int], diagonals: list) -> None:
     os.environ.setdefault(fa.WS_ENV, "1")  # the '/ws' kernels studied here (the default; a caller's 0 stays)
     rows = []
     for d in (128, 80) if with_errors else ():
         for form in ("", "/masked"):
-            rows += [dict(what="max_error", d=d, form=form or "split", tensor=name, value=err)
-                     for name, err in max_errors(d, True, ERROR_LENGTHS, form).items()]
-            print(pd.DataFrame(rows).tail(4).to_string(), flush=True)
+            for diag in diagonals if not form else [None]:
+                fa.DIAGONAL_FWD = diagonal(diag)
+                rows += [dict(what="max_error", d=d, form=(form or "split") + (f" {diag}" if diag else ""), tensor=name,
+                              value=err) for name, err in max_errors(d, True, ERROR_LENGTHS, form).items()]
+                print(pd.DataFrame(rows).tail(4).to_string(), flush=True)
+    fa.DIAGONAL_FWD = DIAGONAL_FWD
     h = 16
     for d in head_dims:
         for n in lengths:
@@ -85,9 +98,14 @@ def main(path: str, with_errors: bool, head_dims: list[int], lengths: list[int])
 
             dkdv = d in fa.WS_HEAD_DIMS["bwd_dkdv"]  # elsewhere a '/ws' dK/dV tile would run the pointer kernel
             # (label, tiles pinned, the masked forms offered to the tuner); None: cuDNN
-            for name, pinned, masked in (("split", dict(fwd=FWD, bwd_dkdv=DKDV if dkdv else None), True),
-                                         ("masked", dict(fwd=FWD + "/masked", bwd_dkdv=DKDV + "/masked" if dkdv else None), True),
-                                         ("tuned", {}, True), ("tuned without masked", {}, False), ("sdpa_cudnn", None, None)):
+            splits = [(f"split {diag or ''}".strip(), dict(fwd=FWD, bwd_dkdv=DKDV if dkdv else None), True, diag)
+                      for diag in diagonals]
+            for name, pinned, masked, diag in (*splits,
+                                               ("masked", dict(fwd=FWD + "/masked", bwd_dkdv=DKDV + "/masked" if dkdv else None),
+                                                True, None),
+                                               ("tuned", {}, True, None), ("tuned without masked", {}, False, None),
+                                               ("sdpa_cudnn", None, None, None)):
+                fa.DIAGONAL_FWD = diagonal(diag)
                 if pinned is None:
                     label, fn = name, cudnn
                 else:
@@ -104,7 +122,7 @@ def main(path: str, with_errors: bool, head_dims: list[int], lengths: list[int])
                 rows.append(dict(what="tflops", d=d, seq=n, provider=label, fwd=flop / fwd / 1e9,
                                  fwd_bwd=3.5 * flop / fwd_bwd / 1e9))
                 print(rows[-1], flush=True)
-    fa.MASKED_KINDS = MASKED_KINDS
+    fa.MASKED_KINDS, fa.DIAGONAL_FWD = MASKED_KINDS, DIAGONAL_FWD
     fa._candidates.cache_clear()
     df = pd.DataFrame(rows)
     df.to_csv(path, index=False)
@@ -117,5 +135,7 @@ if __name__ == "__main__":
     parser.add_argument("--no-errors", action="store_true", help="speed only")
     parser.add_argument("--d", type=lambda s: [int(x) for x in s.split(",")], default=[128], help="head dims")
     parser.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=SPEED_LENGTHS)
+    parser.add_argument("--diagonal", type=lambda s: s.split(","), default=[None],
+                        help="tiles for the pointer kernel at the diagonal, e.g. 128x64/w8/s2,64x64/w4/s2")
     args = parser.parse_args()
-    main(args.out, not args.no_errors, args.d, args.lengths)
+    main(args.out, not args.no_errors, args.d, args.lengths, args.diagonal)
