@@ -201,8 +201,7 @@ def _flash_fwd_kernel(
     # for each of its query tiles that kernel has run the key tiles before the last multiple of WS_N at or
     # before the diagonal of the tile's first row, unmasked, and left
     # each row's output over them, normalised, in o and its log-sum-exp in part_ptr ((seq_q, 4) rows per
-    # head); this kernel runs the rest and merges the two at the end. (Loaded before the loop as its start,
-    # that output cost the sm_90 build, 128x64/w8/s2 at head_dim 128, 528 bytes of spills against 40.)
+    # head); this kernel starts from there and runs the rest.
     start_m, bh = _tile_and_head(seq_q, BLOCK_M)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
@@ -230,28 +229,23 @@ def _flash_fwd_kernel(
     else:
         hi = seq_k
         full_hi = seq_k
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    if WS_N > 0:
+    if WS_N > 0:  # a softmax over those keys alone: max lse, sum 1 (0 where the row saw none of them)
         ws_first = (start_m // WS_M) * WS_M  # the first row of the TMA kernel's tile these rows were in
         full_hi = (tl.maximum(tl.minimum(seq_k, ws_first + causal_offset + 1), 0) // WS_N) * WS_N
+        acc = tl.load(o_ptrs, mask=tile_mask, other=0.0).to(tl.float32)
+        m_i = tl.load(part_ptr + (bh.to(tl.int64) * seq_q + offs_m) * 4, mask=row_mask, other=float("-inf"))
+        l_i = tl.where(m_i == float("-inf"), 0.0, 1.0)
     else:
         full_hi = (full_hi // BLOCK_N) * BLOCK_N
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, 0, full_hi,
                                    offs_m, offs_n, d_mask, seq_k, causal_offset, qk_scale,
                                    False, CAUSAL, EVEN_D, BLOCK_N)
     acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, full_hi, hi,
                                offs_m, offs_n, d_mask, seq_k, causal_offset, qk_scale,
                                True, CAUSAL, EVEN_D, BLOCK_N)
-    if WS_N > 0:  # the TMA kernel's part: a softmax over keys [0, full_hi) alone, its sum 1 at its max lse_p
-        lse_p = tl.load(part_ptr + (bh.to(tl.int64) * seq_q + offs_m) * 4, mask=row_mask, other=float("-inf"))
-        m_new = tl.maximum(m_i, lse_p)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # neither part saw a key: both weights 0
-        alpha, beta = tl.math.exp2(m_i - m_safe), tl.math.exp2(lse_p - m_safe)
-        acc = acc * alpha[:, None] + tl.load(o_ptrs, mask=tile_mask, other=0.0).to(tl.float32) * beta[:, None]
-        l_i = l_i * alpha + beta
-        m_i = m_new
 
     # Rows that see no key (causal, seq_q > seq_k), or whose every score is -inf (-inf in the input): output
     # 0, as SDPA gives, and lse +inf -> p = 0 in the backward.
