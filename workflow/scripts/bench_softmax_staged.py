@@ -6,8 +6,8 @@ the pipeline): a design for rows wider than 32768 columns, written to be measure
 
 kernels/_softmax.py's split path (``_split_forward``, ``_split_backward``) holds its rows' chunks in registers:
 the forward three rows' (this one, the next, whose partials it publishes before it waits, and the one after,
-whose loads are in flight), the backward two rows' of y and dy. Fp32 chunks of 4096 on 4 warps take 128
-registers a thread, 4 programs an SM: one row ahead in flight while the group waits at the row's counter. The
+whose loads are in flight), the backward two rows' of y and dy. Fp32 chunks of 4096 on 4 warps take 124
+registers a thread (the forward), 4 programs an SM: one row ahead in flight while the group waits at the row's counter. The
 committed H200 run has the wide forwards at 0.71-0.88 of copy, the backwards at 0.67-0.89 (issue 20 asks 0.85
 in fp32, 0.8 in bf16).
 
@@ -19,14 +19,15 @@ with either), and it would stage the partials' loads too, ahead of the wait (it 
 meeting at the counter is inline PTX, as CUTLASS's generic barrier does it: ``bar.sync`` then one thread's
 ``red.release.gpu`` to arrive; one thread polling with ``ld.acquire.gpu``, then ``bar.sync``, to wait; the
 partials read by ``ld.relaxed.gpu`` whose operand depends on the wait's result, so nothing moves them ahead of
-it. The pipeliner stages no load of 16-bit elements either (triton 3.6 and 3.9: not even a plain copy loop), so
-bf16 and fp16 rows are read and written as int32 pairs of columns, split into two fp32 halves in registers
-(even widths, strides and bases; other rows take the fp32 form's kernel, loads not staged). Compiled for sm_90
-with triton 3.6, ptxas registers a thread and shared memory (chunks of 2^20-column rows, unmasked):
-fp32 forward chunks of 4096 / 4 warps / 3 stages 56 and 32784 B, 8192 / 8 / 3 80 and 65568 B; bf16 forward
-4096 / 4 / 3 56 and 16400 B, 16384 / 16 / 3 82 and 65600 B; fp32 backward 4096 / 4 / 3 87 and 65552 B;
-bf16 backward 4096 / 4 / 3 85 and 32784 B, 16384 / 16 / 4 128 with 4 B of spills. Against the committed split
-forward's 128 registers (fp32, 4096 / 4).
+it. Loads are staged where they move 4 to 16 bytes a thread (cp.async), so a launch's specialization matters:
+Triton knows 16-divisible pointers and row strides and vectorizes; built without it (every integer a plain i32) no
+16-bit load is staged (two bytes a thread). Built for sm_90 as a launch specializes them (unit column strides
+constant, pointers and row strides 16-divisible; triton 3.6, ptxas, chunks of 2^20-column rows, unmasked),
+registers a thread and shared memory, no spills: fp32 forward chunks of 4096 / 4 warps / 3 stages 56 and
+32784 B (16-byte cp.async), 8192 / 8 / 3 63 and 65568 B; bf16 forward 4096 / 4 / 3 56 and 16400 B, 16384 / 16 /
+3 77 and 65600 B; fp32 backward 4096 / 4 / 3 80 and 65552 B; bf16 backward 4096 / 4 / 3 80 and 32784 B. The
+committed split kernels, fp32 chunks of 4096 on 4 warps: the forward 124 registers, the backward 183 (two
+programs an SM).
 
 For each width, dtype and direction it times the public ``softmax`` / ``softmax_backward`` (the committed
 defaults) and the staged kernels over chunk, warps and stages, each checked against torch, beside a copy of the
@@ -143,103 +144,9 @@ def split_backward_staged(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, 
                       cols < n_cols, EVEN)
 
 
-@triton.jit
-def _halves(w, DTYPE: tl.constexpr):
-    """A pair of 16-bit values held as one int32 -> (the lower column, the upper one) as fp32."""
-    return (w.to(tl.int16).to(DTYPE, bitcast=True).to(tl.float32),
-            (w >> 16).to(tl.int16).to(DTYPE, bitcast=True).to(tl.float32))
-
-
-@triton.jit
-def _pair(lo, hi, DTYPE: tl.constexpr):
-    """_halves' inverse: two fp32 columns rounded to DTYPE, packed into one int32."""
-    low = lo.to(DTYPE).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-    return low | (hi.to(DTYPE).to(tl.int16, bitcast=True).to(tl.int32) << 16)
-
-
-@triton.jit
-def _load_pairs(ptr, pairs, n_cols, other, EVEN: tl.constexpr, DTYPE: tl.constexpr):
-    if EVEN:
-        return _halves(tl.load(ptr + pairs), DTYPE)
-    lo, hi = _halves(tl.load(ptr + pairs, mask=2 * pairs < n_cols, other=0), DTYPE)
-    return tl.where(2 * pairs < n_cols, lo, other), tl.where(2 * pairs < n_cols, hi, other)
-
-
-@triton.jit
-def split_forward_pairs(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row, out_row, n_groups,
-                        CHUNK: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, PHASE: tl.constexpr,
-                        EVEN: tl.constexpr, STAGES: tl.constexpr, DTYPE: tl.constexpr):
-    """split_forward_staged for 16-bit rows read and written as int32 pairs of columns (the pipeliner stages
-    no load of 16-bit elements: triton 3.6 and 3.9, sm_90): x_ptr and out_ptr address pairs, x_row and
-    out_row count pairs, n_cols is even."""
-    pid = tl.program_id(0)
-    group = pid // SPLITS
-    chunk = pid % SPLITS
-    pairs = chunk * (CHUNK // 2) + tl.arange(0, CHUNK // 2)
-    for row in tl.range(group, n_rows, n_groups, num_stages=STAGES):
-        r = tl.cast(row, tl.int64)
-        lo, hi = _load_pairs(x_ptr + r * x_row, pairs, n_cols, -float("inf"), EVEN, DTYPE)
-        part = part_ptr + r * (2 * SPLITS)
-        token = 0
-        if PHASE != 2:
-            m = tl.maximum(tl.max(lo, axis=0), tl.max(hi, axis=0))
-            m_safe = tl.where(m == -float("inf"), 0.0, m)
-            tl.store(part + chunk, m)
-            tl.store(part + SPLITS + chunk, tl.sum(tl.exp2((lo - m_safe) * LOG2E), axis=0)
-                     + tl.sum(tl.exp2((hi - m_safe) * LOG2E), axis=0))
-            if PHASE == 0:
-                token = _wait(counter_ptr + row, SPLITS, _arrive(counter_ptr + row))
-        if PHASE != 1:
-            ms = _partials(part, token, SPLITS, SPLITS_P2, -float("inf"), PHASE)
-            ls = _partials(part + SPLITS, token, SPLITS, SPLITS_P2, 0.0, PHASE)
-            row_max = tl.max(ms, axis=0)
-            scale = 1.0 / tl.sum(ls * tl.exp2((ms - row_max) * LOG2E), axis=0)
-            y = _pair(tl.exp2((lo - row_max) * LOG2E) * scale, tl.exp2((hi - row_max) * LOG2E) * scale, DTYPE)
-            sm._store(out_ptr + r * out_row + pairs, y, 2 * pairs < n_cols, EVEN)
-
-
-@triton.jit
-def split_backward_pairs(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols, y_row, dy_row, dx_row, n_groups,
-                         CHUNK: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, PHASE: tl.constexpr,
-                         EVEN: tl.constexpr, STAGES: tl.constexpr, DTYPE: tl.constexpr):
-    """split_backward_staged for 16-bit rows as int32 pairs (as split_forward_pairs)."""
-    pid = tl.program_id(0)
-    group = pid // SPLITS
-    chunk = pid % SPLITS
-    pairs = chunk * (CHUNK // 2) + tl.arange(0, CHUNK // 2)
-    for row in tl.range(group, n_rows, n_groups, num_stages=STAGES):
-        r = tl.cast(row, tl.int64)
-        y_lo, y_hi = _load_pairs(y_ptr + r * y_row, pairs, n_cols, 0.0, EVEN, DTYPE)
-        dy_lo, dy_hi = _load_pairs(dy_ptr + r * dy_row, pairs, n_cols, 0.0, EVEN, DTYPE)
-        part = part_ptr + r * SPLITS
-        token = 0
-        if PHASE != 2:
-            tl.store(part + chunk, tl.sum(y_lo * dy_lo, axis=0) + tl.sum(y_hi * dy_hi, axis=0))
-            if PHASE == 0:
-                token = _wait(counter_ptr + row, SPLITS, _arrive(counter_ptr + row))
-        if PHASE != 1:
-            dot = tl.sum(_partials(part, token, SPLITS, SPLITS_P2, 0.0, PHASE), axis=0)
-            sm._store(dx_ptr + r * dx_row + pairs, _pair(y_lo * (dy_lo - dot), y_hi * (dy_hi - dot), DTYPE),
-                      2 * pairs < n_cols, EVEN)
-
-
-def _pairs(t: torch.Tensor) -> bool:
-    """Can t's 16-bit rows be read as int32 pairs (unit column stride, even widths, strides and base)?"""
-    return (t.element_size() == 2 and t.stride(1) == 1 and t.shape[1] % 2 == 0 and t.stride(0) % 2 == 0
-            and t.data_ptr() % 4 == 0)
-
-
-DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
-
-
 def forward(x: torch.Tensor, chunk: int, warps: int, stages: int) -> torch.Tensor:
     out = torch.empty_like(x)
     cfg = sm.Settings(True, 1, 0, chunk, warps)
-    if _pairs(x) and _pairs(out):
-        x2, out2 = x.view(torch.int32), out.view(torch.int32)
-        sm._split_launch(split_forward_pairs, dict(out_ptr=out2, x_ptr=x2, x_row=x2.stride(0), out_row=out2.stride(0)),
-                         *x.shape, cfg, 2, EVEN=x.shape[1] % chunk == 0, STAGES=stages, DTYPE=DTYPES[x.dtype])
-        return out
     sm._split_launch(split_forward_staged, dict(out_ptr=out, x_ptr=x, x_row=x.stride(0), x_col=x.stride(1),
                                                 out_row=out.stride(0), out_col=out.stride(1)),
                      *x.shape, cfg, 2, EVEN=x.shape[1] % chunk == 0, STAGES=stages)
@@ -249,12 +156,6 @@ def forward(x: torch.Tensor, chunk: int, warps: int, stages: int) -> torch.Tenso
 def backward(y: torch.Tensor, dy: torch.Tensor, chunk: int, warps: int, stages: int) -> torch.Tensor:
     dx = torch.empty_like(y)
     cfg = sm.Settings(True, 1, 0, chunk, warps)
-    if _pairs(y) and _pairs(dy) and _pairs(dx):
-        y2, dy2, dx2 = y.view(torch.int32), dy.view(torch.int32), dx.view(torch.int32)
-        sm._split_launch(split_backward_pairs, dict(dx_ptr=dx2, y_ptr=y2, dy_ptr=dy2, y_row=y2.stride(0),
-                                                    dy_row=dy2.stride(0), dx_row=dx2.stride(0)),
-                         *y.shape, cfg, 1, EVEN=y.shape[1] % chunk == 0, STAGES=stages, DTYPE=DTYPES[y.dtype])
-        return dx
     sm._split_launch(split_backward_staged, dict(dx_ptr=dx, y_ptr=y, dy_ptr=dy, y_row=y.stride(0), y_col=y.stride(1),
                                                  dy_row=dy.stride(0), dy_col=dy.stride(1), dx_row=dx.stride(0),
                                                  dx_col=dx.stride(1)),
@@ -263,8 +164,8 @@ def backward(y: torch.Tensor, dy: torch.Tensor, chunk: int, warps: int, stages: 
 
 
 def check() -> None:
-    """The phases the interpreter runs (partials, then output), against torch: fp32, and fp16 as pairs (even
-    widths) or not (odd), at widths that do and do not fill the chunks, a chunk of -inf and a row of it."""
+    """The phases the interpreter runs (partials, then output), against torch: fp32 and fp16, at widths that do
+    and do not fill the chunks, a chunk of -inf and a row of it."""
     for dtype in (torch.float32, torch.float16):
         for n_rows, n_cols, chunk in ((5, 96, 32), (3, 100, 32), (4, 64, 64), (3, 101, 32)):
             x = torch.randn(n_rows, n_cols).to(dtype)

@@ -136,8 +136,7 @@ def candidates(n: int, direction: str) -> dict:
     public forward, 0.87 of the pipeline's 1 GiB copy (4225-4258 GB/s), which its tables divide by.
 
     Written next, without a GPU, to be measured: the split path with the next rows' chunks staged in shared
-    memory by Triton's pipeliner, the wait in inline PTX and 16-bit rows read as int32 pairs
-    (bench_softmax_staged.py, whose docstring says why each of those is needed)."""
+    memory by Triton's pipeliner and the wait in inline PTX (bench_softmax_staged.py, whose docstring says why)."""
     out = {"default": {}}
     width = triton.next_power_of_2(n)
     for tile in (1024, 2048, 4096, 8192, 16384, 32768) if direction == "forward" else ():
