@@ -87,12 +87,13 @@ ONE_PASS_TMA_BUDGET = 200 * 1024  # the TMA backward allocates up to ~9% more th
 
 
 def fits(kind: str, tile: Tile, block_d: int, element_size: int, tma: bool = False) -> bool:
-    """Would this tile fit in shared memory? An estimate (the test compiles every candidate for sm_90 to
-    check): the rows a program keeps, plus ``stages - 1`` buffers of the two tiles it streams (K and V,
-    or Q and dO); a '/ws' kernel buffers every stage and stages P for its second dot (the forward:
-    197112 B allocated at 128x128/s2, head_dim 128, bf16, against 196608 estimated; the dK/dV kernel keeps
-    K and V: 164440 B at 64x128/s2 against 147456); the one-pass backward's TMA kernel (``tma``) buffers
-    every stage and stages each fp32 dQ tile for its reduce-add."""
+    """Would this tile fit in shared memory? An estimate (the test compiles every candidate for sm_90 as a
+    launch builds it, to check): the rows a program keeps, plus ``stages - 1`` buffers of the two tiles it
+    streams (K and V, or Q and dO), within SHARED_BUDGET, which leaves room for the buffer a launch adds (it
+    stages every one of ``stages``), and for the one-pass backward each fp32 dQ tile; a '/ws' kernel buffers
+    every stage and stages P for its second dot (the forward: 197112 B allocated at 128x128/s2, head_dim 128,
+    bf16, against 196608 estimated; the dK/dV kernel keeps K and V: 164440 B at 64x128/s2 against 147456); the
+    one-pass backward's TMA kernel (``tma``) buffers every stage and stages each fp32 dQ tile for its reduce-add."""
     keys_kept = kind in ("bwd_dkdv", "bwd_one_pass")
     kept, streamed = (tile.block_n, tile.block_m) if keys_kept else (tile.block_m, tile.block_n)
     if kind == "bwd_one_pass" and tma:
@@ -102,7 +103,10 @@ def fits(kind: str, tile: Tile, block_d: int, element_size: int, tma: bool = Fal
         need = ((1 if kind == "fwd" else 2) * kept + tile.stages * 2 * streamed) * block_d + tile.block_m * tile.block_n
         return need * element_size <= WS_BUDGET
     rows = (1 if kind == "fwd" else 2) * kept + max(1, tile.stages - 1) * 2 * streamed
-    return rows * block_d * element_size <= SHARED_BUDGET
+    # the one-pass backward stages each fp32 dQ tile for its atomic adds too (head_dim 256, bf16, 64x64/w4/s2:
+    # 263168 B as a launch builds it, past Hopper's 232448)
+    dq = streamed * block_d * 4 if kind == "bwd_one_pass" else 0
+    return rows * block_d * element_size + dq <= SHARED_BUDGET
 
 
 def candidates(kind: str, block_d: int, element_size: int, interpreter: bool, tma: bool = False,

@@ -19,8 +19,12 @@ TARGET = ("cuda", 90, 32)
 
 
 def compile_in_process(module: str, kernel: str, arg_types: dict[str, str], constexprs: dict,
-                       num_warps: int = 4, num_stages: int = 3):
-    """Compile ``module.kernel`` for sm_90 in this process (its backend must be 'aot' or 'gpu')."""
+                       num_warps: int = 4, num_stages: int = 3, aligned: tuple[str, ...] = ()):
+    """Compile ``module.kernel`` for sm_90 in this process (its backend must be 'aot' or 'gpu').
+
+    A launch specializes its arguments, and the build differs with it (vector widths, pipelined loads, their
+    shared memory): an integer equal to 1 becomes a constant (pass it in ``constexprs``), and pointers and
+    integers divisible by 16 are known so (name them in ``aligned``)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -30,15 +34,16 @@ def compile_in_process(module: str, kernel: str, arg_types: dict[str, str], cons
     missing = [n for n, t in signature.items() if t == "constexpr" and n not in constexprs]
     if missing:
         raise ValueError(f"no type or constexpr value for {missing}")
-    src = ASTSource(fn, signature, constexprs=constexprs)
+    attrs = {(fn.arg_names.index(name),): [["tt.divisibility", 16]] for name in aligned}
+    src = ASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget(*TARGET), options={"num_warps": num_warps, "num_stages": num_stages})
 
 
 def shared_memory_bytes(module: str, kernel: str, arg_types: dict[str, str], constexprs: dict,
-                        num_warps: int = 4, num_stages: int = 3) -> int:
+                        num_warps: int = 4, num_stages: int = 3, aligned: tuple[str, ...] = ()) -> int:
     """Shared memory (bytes) a launch of ``module.kernel`` needs on sm_90, compiled in a child process."""
     return shared_memory_each([dict(module=module, kernel=kernel, arg_types=arg_types, constexprs=constexprs,
-                                    num_warps=num_warps, num_stages=num_stages)])[0]
+                                    num_warps=num_warps, num_stages=num_stages, aligned=list(aligned))])[0]
 
 
 def shared_memory_each(requests: list[dict]) -> list[int]:
@@ -55,4 +60,5 @@ def shared_memory_each(requests: list[dict]) -> list[int]:
 
 
 if __name__ == "__main__":
-    print(json.dumps({"shared": [compile_in_process(**r).metadata.shared for r in json.loads(sys.argv[1])]}))
+    print(json.dumps({"shared": [compile_in_process(**{**r, "aligned": tuple(r.get("aligned", ()))}).metadata.shared
+                                 for r in json.loads(sys.argv[1])]}))
