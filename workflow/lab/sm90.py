@@ -40,15 +40,15 @@ def compile_in_process(module: str, kernel: str, arg_types: dict[str, str], cons
 
 
 def shared_memory_bytes(module: str, kernel: str, arg_types: dict[str, str], constexprs: dict,
-                        num_warps: int = 4, num_stages: int = 3, aligned: tuple[str, ...] = ()) -> int:
+                        num_warps: int = 4, num_stages: int = 3) -> int:
     """Shared memory (bytes) a launch of ``module.kernel`` needs on sm_90, compiled in a child process."""
     return shared_memory_each([dict(module=module, kernel=kernel, arg_types=arg_types, constexprs=constexprs,
-                                    num_warps=num_warps, num_stages=num_stages, aligned=list(aligned))])[0]
+                                    num_warps=num_warps, num_stages=num_stages)])[0]
 
 
 def shared_memory_each(requests: list[dict]) -> list[int]:
-    """shared_memory_bytes for each request (its arguments by name), all compiled in one child process:
-    the child's start (importing torch and Triton) costs more than a compile."""
+    """shared_memory_bytes for each request (compile_in_process's arguments by name, ``aligned`` among them),
+    all compiled in one child process: the child's start (importing torch and Triton) costs more than a compile."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["KERNELS_BACKEND"] = "aot"
     done = subprocess.run([sys.executable, "-m", "lab.sm90", json.dumps(requests)], env=env, capture_output=True,
