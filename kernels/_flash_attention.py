@@ -69,9 +69,11 @@ WS_HEAD_DIMS = {"fwd": (64, 128), "bwd_dkdv": (128,), "bwd_dq": (128,)}
 MASKED_KINDS = ("fwd", "bwd_dkdv")  # the kernels whose '/ws' tiles have a '/ws/masked' form (below)
 # A causal forward on a '/ws' tile runs the TMA kernel over the key tiles no row's mask cuts, then the
 # pointer kernel over those it cuts, with this tile (BLOCK_M, BLOCK_N, warps, stages); its BLOCK_M at most
-# the '/ws' tile's and a divisor of it (a smaller one: more programs, each fewer registers, for the same work;
-# the H200 has measured only the '/ws' tile's, 128: the sixteenth round of tune_flash.py).
-DIAGONAL_FWD = (128, 64, 8, 2)
+# the '/ws' tile's and a divisor of it (a smaller one: more programs, each fewer registers, for the same work).
+# H200, head_dim 128, bf16, causal forward behind 128x128/w4/s2/ws (bench_ws_causal.py --diagonal): 64x64/w4/s2
+# 506 / 509 TFLOP/s at S = 8192 / 16384, 128x64/w8/s2 (the tile before) 474 / 509, 64x32/w4/s2 494 / 497,
+# 64x64/w8/s2 454 / 467 (cuDNN 545 / 559 in the same process).
+DIAGONAL_FWD = (64, 64, 4, 2)
 # Under a causal mask a '/ws' tile of the forward or the two-pass backward's dK/dV kernel runs in one of two
 # forms, both offered to the tuner: '/ws' splits at the diagonal (the pointer kernel takes the tiles the mask
 # cuts: for the forward after the TMA kernel, with DIAGONAL_FWD's sizes; for dK/dV before

@@ -83,7 +83,7 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
 - sixth round, kept: the split the other way round, so that the '/ws' kernel reads nothing but through
   descriptors: it runs first (PARTIAL), over the key tiles no row's mask cuts, and stores the output over
   them, normalised, and its log-sum-exp as the non-causal kernel stores its own (through descriptors);
-  the pointer kernel (WS_N; DIAGONAL_FWD, 128x64/w8/s2) then starts each row from that and runs the
+  the pointer kernel (WS_N; DIAGONAL_FWD, then 128x64/w8/s2) then starts each row from that and runs the
   tiles at the diagonal. Right on the H200: the GPU tests' '/ws' grid, causal (head_dim 80 and 128,
   fp16 and bf16, strided; lengths 1, 113 and 203 both ways, where the '/ws' part is empty, 1024 and
   4096), and a bench against fp64 (bf16, head_dim 80 and 128) where the '/ws' part runs: max error the
@@ -261,6 +261,12 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   by a descriptor's atomic_add (TMA reduce-add) or by plain pointer tl.atomic_add (relaxed, fp32): in a
   minimal kernel (descriptor loads, 64x128/w4/s2, D = 128, sm_90) NVGPUWarpSpecialization fails on
   triton 3.6 and on 3.9 for both; the same kernel without the add compiles specialized.
+- nineteenth round, the causal split's diagonal tile (bench_ws_causal.py --diagonal, H200, triton 3.6, bf16,
+  D = 128, B*S = 16384, H = 16, forward '/ws' 128x128/w4/s2, dK/dV 64x128/w4/s2/ws, dQ 128x64/w8/s3; every
+  error checked first). Forward / forward + backward TFLOP/s at S = 8192 and 16384: 128x64/w8/s2 (the tile
+  before) 474 / 373, 509 / 415; 64x64/w4/s2 506 / 373, 509 / 416; 64x64/w8/s2 454 / 374, 467 / 399;
+  64x32/w4/s2 494 / 376, 497 / 418; cuDNN 545 / 492, 559 / 518. Kept: 64x64/w4/s2 (DIAGONAL_FWD), +7% at
+  8192 (the split's hand-over was the gap there), a tie at 16384.
 """
 from __future__ import annotations
 
