@@ -266,7 +266,9 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   error checked first). Forward / forward + backward TFLOP/s at S = 8192 and 16384: 128x64/w8/s2 (the tile
   before) 474 / 373, 509 / 415; 64x64/w4/s2 506 / 373, 509 / 416; 64x64/w8/s2 454 / 374, 467 / 399;
   64x32/w4/s2 494 / 376, 497 / 418; cuDNN 545 / 492, 559 / 518. Kept: 64x64/w4/s2 (DIAGONAL_FWD), +7% at
-  8192 (the split's hand-over was the gap there), a tie at 16384.
+  8192 (the split's hand-over was the gap there), a tie at 16384. Head_dim 64 (dK/dV 32x128/w4/s3, dQ
+  64x64/w4/s2; errors against fp64 as at 128): 64x64/w4/s2 392 / 335 and 403 / 357 against 388 / 338 and
+  403 / 355 for the tile before; cuDNN 438 / 403 and 442 / 426.
 """
 from __future__ import annotations
 
