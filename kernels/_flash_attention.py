@@ -53,7 +53,8 @@ CANDIDATES = {
     # fifth item True: the warp-specialized TMA dK/dV kernel, for Hopper, no causal mask (wrong under one
     # on triton 3.6), inputs it can address
     # (32, 128, 8, 3): (32, 128, 4, 3)'s sizes on 8 warps; that tile, the tuner's pick for causal head_dim 64,
-    # spills 120 B in its sm_90 build (triton 3.6, as launched), this one none (204 registers). Not yet timed
+    # spills 120 B in its sm_90 build (triton 3.6, as launched), this one none (204 registers); offered to the
+    # tuner on the H200 (causal head_dim 64, S = 8192 and 16384, bench_ws_causal.py), which still chose 32x128/w4/s3
     "bwd_dkdv": [(64, 128, 4, 2, True),
                  (64, 128, 8, 2), (32, 128, 4, 3), (32, 128, 8, 3), (64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
     # dq: a fifth item True: the warp-specialized TMA dQ kernel, for Hopper, no causal mask, seq_q % 4 == 0
