@@ -71,9 +71,7 @@ MASKED_KINDS = ("fwd", "bwd_dkdv")  # the kernels whose '/ws' tiles have a '/ws/
 # A causal forward on a '/ws' tile runs the TMA kernel over the key tiles no row's mask cuts, then the
 # pointer kernel over those it cuts, with this tile (BLOCK_M, BLOCK_N, warps, stages); its BLOCK_M at most
 # the '/ws' tile's and a divisor of it (a smaller one: more programs, each fewer registers, for the same work).
-# H200, head_dim 128, bf16, causal forward behind 128x128/w4/s2/ws (bench_ws_causal.py --diagonal): 64x64/w4/s2
-# 506 / 509 TFLOP/s at S = 8192 / 16384, 128x64/w8/s2 (the tile before) 474 / 509, 64x32/w4/s2 494 / 497,
-# 64x64/w8/s2 454 / 467 (cuDNN 545 / 559 in the same process); head_dim 64: 392 / 403 against 388 / 403.
+# The fastest of four on the H200 at head_dim 128 and 64 (tune_flash.py, nineteenth round, has the figures).
 DIAGONAL_FWD = (64, 64, 4, 2)
 # Under a causal mask a '/ws' tile of the forward or the two-pass backward's dK/dV kernel runs in one of two
 # forms, both offered to the tuner: '/ws' splits at the diagonal (the pointer kernel takes the tiles the mask

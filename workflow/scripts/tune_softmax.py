@@ -136,9 +136,8 @@ def candidates(n: int, direction: str) -> dict:
     public forward, 0.87 of the pipeline's 1 GiB copy (4225-4258 GB/s), which its tables divide by.
 
     Measured, not kept: the split path with the next rows' chunks staged in shared memory by Triton's
-    pipeliner and the wait in inline PTX (bench_softmax_staged.py, whose docstring has the figures: best of
-    15 sizes, fp32 backward 0.93 against 0.87 at 131072 and 0.77 against 0.72 at 2^20, fp32 forward 0.80 and
-    0.76 against 0.76 and 0.73; bf16 slower than the committed path in both directions).
+    pipeliner and the wait in inline PTX (bench_softmax_staged.py's docstring has the figures: 4-8% faster in
+    fp32, slower in bf16).
     Read from sm_90 builds as a launch specializes them (triton 3.6, ptxas), a lead for bf16 at 32768 columns
     (0.836 of the pipeline's copy): the prefetching rows kernel there, 32 warps, is held to 64 registers a
     thread (1024 threads) and spills 64 B (fp32: 144 B; on 16 warps 228 and 252 B); a program per row on 16
