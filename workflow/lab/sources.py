@@ -84,8 +84,14 @@ def closure(module: str) -> tuple[str, ...]:
         if path is None or path in seen.values() or _relative(path) in REGISTRIES:
             continue
         seen[name] = path
-        todo.extend(_imported(name, path, ast.walk(ast.parse(path.read_text()))) - set(seen))
+        todo.extend(_imports_of(name, path) - set(seen))
     return tuple(sorted(_relative(p) for p in seen.values()))
+
+
+@lru_cache(maxsize=None)  # closures from different modules share most files
+def _imports_of(module: str, path: Path) -> frozenset[str]:
+    """The modules every import statement of ``module``'s file loads."""
+    return frozenset(_imported(module, path, ast.walk(ast.parse(path.read_text()))))
 
 
 def _top_level_names(node) -> list[str]:
@@ -186,6 +192,7 @@ def digest(files) -> str:
     return h.hexdigest()[:16]
 
 
+@lru_cache(maxsize=None)  # a plan hashes the same files for many declarations
 def code_only(text: str) -> str:
     """Python source less its comments, its docstrings (each on lines of its own) and its blank lines and
     trailing blanks outside string literals. Line-based, not ast.dump (whose output differs between Python
