@@ -4,7 +4,8 @@
         [--dtypes bfloat16] [--directions forward]
 
 For every row width N (M x N holds 2^28 bytes) and dtype it times, forward and backward, each candidate
-configuration of the improved kernel beside torch (and, forward, the writeup's kernel), the public
+configuration of the improved kernel beside torch, torch.compile's softmax (provider "compiled": Inductor's
+kernel, the pipeline's torch_compile) and, forward, the writeup's kernel, the public
 ``softmax`` / ``softmax_backward`` (provider "public": the defaults as the pipeline calls them), and a
 device copy of the same tensor (provider "copy": the fraction of copy is gbps over its gbps), checks each
 result against torch, and writes one CSV row per (direction, dtype, N, provider), the file rewritten
@@ -145,9 +146,13 @@ def candidates(n: int, direction: str) -> dict:
     out = {"default": {}}
     width = triton.next_power_of_2(n)
     for tile in (1024, 2048, 4096, 8192, 16384, 32768) if direction == "forward" else ():
-        for warps in (4, 16):
+        for warps in (4, 8, 16):
             if width <= tile <= 2 * max(width, 2048):
                 out[f"rows tile={tile} warps={warps}"] = dict(tile=tile, row_limit=2**21, warps=warps, prefetch=False)
+    for tile in (2048, 4096, 8192, 16384) if direction == "backward" and n <= 4096 else ():
+        for warps in (4, 8, 16):
+            if width <= tile:
+                out[f"rows tile={tile} warps={warps}"] = dict(tile=tile, warps=warps, reload=False)
     if direction == "forward" and 8192 <= n <= sm.ROW_LIMIT:
         for warps in (16, 32):
             out[f"rows prefetch warps={warps}"] = dict(tile=1, row_limit=sm.ROW_LIMIT, prefetch=True, warps=warps)
@@ -162,6 +167,13 @@ def candidates(n: int, direction: str) -> dict:
             out[f"two-pass segment={segment} chunk={chunk} warps={warps}"] = dict(
                 row_limit=1, segment=segment, chunk=chunk, warps=warps)
     return out
+
+
+# Inductor's softmax, forward and backward, compiled once per shape (the limit raised: past Dynamo's default
+# of 8 recompiles it would run the eager op instead)
+COMPILED = (torch.compile(lambda x: torch.softmax(x, -1), dynamic=False),
+            torch.compile(lambda dy, y: torch._softmax_backward_data(dy, y, -1, y.dtype), dynamic=False))
+torch._dynamo.config.recompile_limit = 4 * len(WIDTHS) + 8
 
 
 def bench(fn) -> float:
@@ -186,6 +198,9 @@ def main(path: str, widths: list[int], dtypes: list[str], directions: list[str])
             for direction in directions:
                 runs = {"torch": (lambda: torch.softmax(x, -1)) if direction == "forward"
                         else (lambda: torch._softmax_backward_data(dy, ref, -1, dtype)),
+                        # Inductor's kernel, the pipeline's torch_compile provider (compiled at its first run)
+                        "compiled": (lambda: COMPILED[0](x)) if direction == "forward"
+                        else (lambda: COMPILED[1](dy, ref)),
                         # the defaults through the public API, as the pipeline times them (input checks and
                         # an output allocated per call): beside "default" it shows what the host adds
                         "public": (lambda: softmax(x)) if direction == "forward" else (lambda: softmax_backward(ref, dy))}
