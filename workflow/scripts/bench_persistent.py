@@ -1,7 +1,8 @@
 """The forms of flash_attention that are off by default (the one-pass backward; '/ws' dK/dV tiles at
-head_dim 64) and the default without two of its choices (the '/ws/masked' tiles, which the tuner weighs
-against the split at the diagonal under a causal mask; BWD_LONGEST_FIRST) beside the default (GPU only,
-Hopper; not part of the pipeline). Its figures are in tune_flash.py's docstring.
+head_dim 64; the causal persistent forward's tile loop pipelined) and the default without two of its
+choices (the '/ws/masked' tiles, which the tuner weighs against the split at the diagonal under a causal
+mask; BWD_LONGEST_FIRST) beside the default (GPU only, Hopper; not part of the pipeline). Its figures are
+in tune_flash.py's docstring.
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_persistent.py out.csv [setting ...]
 
