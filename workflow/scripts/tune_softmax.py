@@ -147,7 +147,7 @@ def candidates(n: int, direction: str) -> dict:
     width = triton.next_power_of_2(n)
     for tile in (1024, 2048, 4096, 8192, 16384, 32768) if direction == "forward" else ():
         for warps in (4, 8, 16):
-            if width <= tile <= 2 * max(width, 2048):
+            if width <= tile <= max(2 * width, 16384):  # narrow rows: tiles of up to 16384 elements too
                 out[f"rows tile={tile} warps={warps}"] = dict(tile=tile, row_limit=2**21, warps=warps, prefetch=False)
     for tile in (2048, 4096, 8192, 16384) if direction == "backward" and n <= 4096 else ():
         for warps in (4, 8, 16):
