@@ -21,6 +21,7 @@ import torch
 import kernels._softmax as sm  # first: it chooses the backend before triton is imported
 from kernels import softmax, softmax_backward, softmax_writeup
 from kernels._triton import triton
+from lab.units.softmax import _softmax_backward, _softmax_forward
 
 BYTES = 2**28
 WIDTHS = [2**k for k in range(7, 19)] + [2**20]
@@ -169,18 +170,20 @@ def candidates(n: int, direction: str) -> dict:
     return out
 
 
-# Inductor's softmax, forward and backward, compiled once per shape (the limit raised: past Dynamo's default
-# of 8 recompiles it would run the eager op instead)
-COMPILED = (torch.compile(lambda x: torch.softmax(x, -1), dynamic=False),
-            torch.compile(lambda dy, y: torch._softmax_backward_data(dy, y, -1, y.dtype), dynamic=False))
-torch._dynamo.config.recompile_limit = 4 * len(WIDTHS) + 8
-
-
 def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=10, rep=40)
 
 
 def main(path: str, widths: list[int], dtypes: list[str], directions: list[str]) -> None:
+    # Inductor's softmax as the pipeline's torch_compile provider compiles it: the same functions, once per
+    # shape (past Dynamo's recompile limit it would run the eager op instead)
+    compiled = {"forward": torch.compile(_softmax_forward, dynamic=False),
+                "backward": torch.compile(_softmax_backward, dynamic=False)}
+    with torch._dynamo.config.patch(recompile_limit=len(widths) * len(dtypes) + 8):
+        sweep(path, widths, dtypes, directions, compiled)
+
+
+def sweep(path: str, widths: list[int], dtypes: list[str], directions: list[str], compiled: dict) -> None:
     rows = []
     for dtype in (getattr(torch, name) for name in dtypes):
         for n in widths:
@@ -199,8 +202,8 @@ def main(path: str, widths: list[int], dtypes: list[str], directions: list[str])
                 runs = {"torch": (lambda: torch.softmax(x, -1)) if direction == "forward"
                         else (lambda: torch._softmax_backward_data(dy, ref, -1, dtype)),
                         # Inductor's kernel, the pipeline's torch_compile provider (compiled at its first run)
-                        "compiled": (lambda: COMPILED[0](x)) if direction == "forward"
-                        else (lambda: COMPILED[1](dy, ref)),
+                        "compiled": (lambda: compiled["forward"](x)) if direction == "forward"
+                        else (lambda: compiled["backward"](ref, dy)),
                         # the defaults through the public API, as the pipeline times them (input checks and
                         # an output allocated per call): beside "default" it shows what the host adds
                         "public": (lambda: softmax(x)) if direction == "forward" else (lambda: softmax_backward(ref, dy))}
