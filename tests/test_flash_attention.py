@@ -199,6 +199,24 @@ def test_nan_and_inf_propagate_in_kernel_and_reference_as_in_sdpa(case, causal):
             torch.testing.assert_close(ref, sdpa, atol=1e-5, rtol=1e-5, equal_nan=True)
 
 
+@pytest.mark.parametrize("sq", [150, 120])  # 120 < seq_k: row i sees keys up to i + 30
+def test_a_nan_in_v_under_a_causal_mask_reaches_the_rows_that_see_it_and_few_others(sq):
+    """The module docstring's bound: P @ V carries a NaN of V to the rows of its key's tile that do not see
+    the key (0 * NaN), but never to rows more than BLOCK_M + BLOCK_N before it."""
+    sk, key = 150, 140
+    q, k, v = (t.detach() for t in qkv(1, 1, sq, sk, 16, torch.float32))
+    v[0, 0, key, 3] = float("nan")
+    flash_attention.pin(fwd="32x32/w4/s1")
+    try:
+        out = flash_attention(q, k, v, causal=True)[0, 0]
+    finally:
+        flash_attention.pin()
+    last_key_seen = torch.arange(sq, device=out.device) + sk - sq
+    assert out[last_key_seen >= key, 3].isnan().all()
+    assert out[last_key_seen < key - 64].isfinite().all()
+    assert out[:, :3].isfinite().all()  # the NaN's own column alone
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("keys", ["a tile", "every key"])
 @pytest.mark.parametrize("sq", [70, 90])  # 90 > seq_k: causal rows 0..19 see no key
