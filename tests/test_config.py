@@ -163,3 +163,25 @@ def test_a_units_schema_names_exactly_its_experiments(monkeypatch):
     monkeypatch.setitem(vector_add.SCHEMA, "not_an_experiment", {"n": {"type": "integer"}})
     with pytest.raises(TypeError, match=r"lab\.units\.vector_add: SCHEMA has settings for .*'not_an_experiment'"):
         units.schemas()
+
+
+@pytest.mark.parametrize("kind", ["figure", "claim", "section"])
+def test_a_table_misspelled_in_a_figure_claim_or_section_is_refused_naming_both(monkeypatch, kind):
+    """A typo there would pass for a table the config leaves out (the figure or verdict silently gone)."""
+    units.load()
+    if kind == "figure":
+        fig = next(iter(units.FIGURES.values()))
+        monkeypatch.setitem(units.FIGURES, fig.name, units.Figure(fig.name, ("softmax/bgu",), fig.category,
+                                                                  fig.caption, fig.draw))
+        declared = units.figures
+    elif kind == "claim":
+        check = units.CHECKS[min(units.CHECKS)]
+        monkeypatch.setitem(units.CHECKS, check.id, units.Check(check.id, ("softmax/bgu",), check.fn))
+        declared = units.checks
+    else:
+        sec = next(iter(units.SECTIONS))
+        monkeypatch.setitem(units.SECTIONS, sec, units.Section(units.SECTIONS[sec].kernel, ("softmax/bgu",),
+                                                               units.SECTIONS[sec].build))
+        declared = units.sections
+    with pytest.raises(ValueError, match=f"{kind}.*'softmax/bgu', which no experiment makes"):
+        declared()

@@ -42,7 +42,7 @@ def test_other_software_on_the_same_device_is_stale_and_on_another_device_is_not
 
 def test_a_current_run_exits_0(run, capsys):
     assert status.main([str(run), "--configfile", str(ROOT / "tests/tiny_config.yaml")]) == 0
-    assert "all 24 tables current" in capsys.readouterr().out
+    assert f"all {len(list(run.glob('*/*.parquet')))} tables current" in capsys.readouterr().out
 
 
 def test_changed_settings_and_missing_tables_say_why_and_exit_1(run, tmp_path_factory, capsys):
@@ -136,3 +136,22 @@ def test_a_config_file_that_cannot_be_read_is_a_usage_error_naming_it(run, tmp_p
     with pytest.raises(SystemExit) as done:
         status.main([str(run), "--configfile", str(path)])
     assert done.value.code == 2 and "cannot be read" in capsys.readouterr().err
+
+
+def test_a_run_holding_tables_of_two_machines_is_not_called_current(run, capsys):
+    """The workflow builds no report from such a folder: status says so, and exits 1."""
+    path = run / "vector_add/mask.parquet"
+    pd.read_parquet(path).assign(device="NVIDIA H100").to_parquet(path)
+    assert status.main([str(run), "--configfile", str(ROOT / "tests/tiny_config.yaml")]) == 1
+    assert "holds tables of 2 machines" in capsys.readouterr().out
+
+
+def test_run_in_another_checkout_than_python_imports_it_refuses_naming_both(run, tmp_path, monkeypatch, capsys):
+    other = tmp_path / "other-checkout"
+    (other / "workflow/lab").mkdir(parents=True)
+    (other / "workflow/lab/status.py").write_text("")
+    monkeypatch.chdir(other / "workflow")
+    with pytest.raises(SystemExit) as done:
+        status.main([str(run)])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and str(other) in err and str(ROOT) in err

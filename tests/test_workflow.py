@@ -221,6 +221,15 @@ def test_a_deleted_table_or_figure_is_made_again_and_then_nothing(project):
     assert planned(project) == {}
 
 
+def test_a_table_away_during_a_dry_run_and_back_plans_nothing(project, tmp_path):
+    table = project / "results/tiny/vector_add/mask.parquet"
+    away = tmp_path / table.name
+    shutil.move(table, away)
+    assert "vector_add" in planned(project)
+    shutil.move(away, table)
+    assert planned(project) == {}
+
+
 def test_a_figure_drawn_again_from_the_same_tables_has_the_same_bytes(project):
     """Reproducible down to the file: the dropout figure's strip-plot jitter is random, so a redraw
     changed the committed PNG until the figure script seeded it."""
@@ -335,4 +344,5 @@ def test_fresh_clone_keeps_the_committed_gpu_run(tmp_path):
     assert forced.returncode != 0
     message = forced.stdout + forced.stderr
     assert device in message and "cpu (" in message and "overwrite_foreign_run" in message
+    assert "asked for: results/nvidia-h200/softmax/bug.parquet" in message and "No rule to produce" not in message
     assert digests(run) == before

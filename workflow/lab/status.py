@@ -7,7 +7,7 @@ the source files that made it; this checkout's config and code give the hashes a
 have. Works on a run from any machine; the software a table was made with (torch, triton, CUDA, driver,
 the KERNELS_* environment) is judged only where this machine is the device that made it, as the
 workflow would rerun it here (a GPU run's software cannot be checked from a CPU). Exit status 0 when
-every configured table is current, 1 otherwise.
+every configured table is current and all were made on one machine, 1 otherwise.
 """
 from __future__ import annotations
 
@@ -94,6 +94,10 @@ def main(argv=None) -> int:
         ap.error(f"{args.run} holds tables of its own (as results/compare holds comparisons), not a run's "
                  "<kernel>/<experiment>.parquet tables")
     root = Path(__file__).resolve().parents[2]
+    here = next((d for d in (Path.cwd(), *Path.cwd().parents) if (d / "workflow/lab/status.py").is_file()), None)
+    if here is not None and here.resolve() != root:  # as the workflow refuses it: judged by other code than here
+        ap.error(f"this is the checkout {here}, but Python imports the lab from {root}, whose code and config.yaml "
+                 "it would judge by: run `pip install -e .` here (or put it first on PYTHONPATH)")
     files = [str(root / "config.yaml"), *args.configfile]
     try:
         settings.check_files(files)
@@ -116,7 +120,10 @@ def main(argv=None) -> int:
     stale = [k for k, s in states if s != "current"]
     print(f"{args.run}: made on {', '.join(devices) or 'no device yet'}; "
           + (f"{len(stale)} of {len(states)} tables out of date" if stale else f"all {len(states)} tables current"))
-    return 1 if stale else 0
+    if len(devices) > 1:  # the workflow builds no report from it either
+        print(f"{args.run} holds tables of {len(devices)} machines, and a run is one machine's: move the tables "
+              "that do not belong there out of it")
+    return 1 if stale or len(devices) > 1 else 0
 
 
 if __name__ == "__main__":

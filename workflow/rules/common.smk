@@ -66,6 +66,12 @@ try:
     OWN_RUN = True
 except runs.ForeignRunError as refusal:
     OWN_RUN = False
+    # A table of it asked for by name on the command line: no rule can make it here, so say why, rather
+    # than Snakemake's "No rule to produce". (Read from argv: Snakemake learns its targets only after it has
+    # read this file; a target given another way still meets "No rule", after the note below.)
+    _asked = sorted(a for a in sys.argv[1:] if a.endswith(".parquet") and os.path.relpath(a).startswith(OUT + os.sep))
+    if _asked:
+        raise WorkflowError(f"{refusal} (asked for: {', '.join(_asked)})")
     print(f"Note: {refusal} No experiment is planned there from this machine: its tables are read as they are.",
           file=sys.stderr)
 # One run, one machine: a folder holding tables of two (one copied in, say) gets no report mixing them.
@@ -146,8 +152,8 @@ def report_marker(report):
         _mark(marker, None, newer=False)
     elif gone:  # named in the content with the report's date: a later deletion changes it again
         _mark(marker, report, newer=True, content=f"{os.stat(report).st_mtime_ns} gone: {' '.join(gone)}")
-    else:
-        _mark(marker, report, newer=False)
+    else:  # its plain content again (a dry run may have planned while a table was away), dated before
+        _mark(marker, report, newer=False, content=os.path.basename(marker))
     return marker
 
 

@@ -154,18 +154,35 @@ def registry() -> dict[str, Experiment]:
     return _in_ladder_order(EXPERIMENTS, lambda e: e.module)
 
 
+def _declared_tables(what: str, tables) -> None:
+    """Refuse a figure, claim or report section that reads a table no unit declares (a typo would
+    otherwise pass for an experiment the config leaves out, and the figure or verdict silently vanish)."""
+    unknown = [t for t in tables if t not in EXPERIMENTS]
+    if unknown:
+        raise ValueError(f"{what} reads {', '.join(map(repr, unknown))}, which no experiment makes; the "
+                         f"tables are {', '.join(EXPERIMENTS)}")
+
+
 def figures() -> dict[str, Figure]:
     """Figure name -> Figure, in ladder order."""
-    return _in_ladder_order(FIGURES, lambda f: f.draw.__module__)
+    found = _in_ladder_order(FIGURES, lambda f: f.draw.__module__)
+    for fig in found.values():
+        _declared_tables(f"figure {fig.name!r} ({fig.draw.__module__})", fig.tables)
+    return found
 
 
 def checks() -> dict[int, Check]:
     load()
+    for check in CHECKS.values():
+        _declared_tables(f"the check of claim {check.id} ({check.fn.__module__}.{check.fn.__name__})", check.tables)
     return dict(sorted(CHECKS.items()))
 
 
 def sections() -> list[Section]:
-    return list(_in_ladder_order(SECTIONS, lambda sec: sec.build.__module__).values())
+    found = list(_in_ladder_order(SECTIONS, lambda sec: sec.build.__module__).values())
+    for sec in found:
+        _declared_tables(f"report section {sec.build.__module__}.{sec.build.__name__}", sec.tables)
+    return found
 
 
 def schemas() -> dict[str, dict]:
