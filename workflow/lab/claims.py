@@ -64,8 +64,9 @@ def by_provider(d: pd.DataFrame):
 
 
 def weakest(verdicts: list[str]) -> str:
-    """One verdict for several cases: the least favourable of them."""
-    return (max(verdicts, key=[REPRODUCED, NUANCE, FALSE_POINT_HOLDS, NEEDS_GPU, NOT_REPRODUCED].index)
+    """One verdict for several cases: the least favourable of them (a case not settled leaves the claim
+    open unless another is not reproduced, which settles it)."""
+    return (max(verdicts, key=[REPRODUCED, NUANCE, FALSE_POINT_HOLDS, NEEDS_GPU, NOT_SETTLED, NOT_REPRODUCED].index)
             if verdicts else NEEDS_GPU)
 
 
@@ -94,11 +95,11 @@ def check_probes(claims: list[dict], config: dict) -> None:
                 node = node.get(part) if isinstance(node, dict) else None
             if node is None:  # the experiment is not configured: the claim will say 'not settled'
                 continue
-            wanted = c["settings"][setting]
-            for value in wanted if setting == "shapes" else [wanted]:
-                if value not in node:
-                    raise ConfigError(f"config key {path} must include {value!r}: claim {c['id']} "
-                                      f"(\"{c['claim']}\") is settled there")
+            wanted = c["settings"][setting]  # one value, or a list of values, each a probe point
+            for value in wanted if isinstance(wanted, list) else [wanted]:
+                if value not in (node if isinstance(node, list) else [node]):
+                    raise ConfigError(f"config key {path} must {'include' if isinstance(node, list) else 'be'} "
+                                      f"{value!r}: claim {c['id']} (\"{c['claim']}\") is settled there")
 
 
 def settle(claims: list[dict], tables: dict[str, pd.DataFrame], unreadable: dict[str, str] | None = None) -> pd.DataFrame:

@@ -127,9 +127,12 @@ def build(tables: dict[str, pd.DataFrame], claims_path: str, figures: list[str],
     verdicts = claims_mod.settle(claims, tables, unreadable)
     fig_dir = os.path.relpath(os.path.dirname(figures[0]), os.path.dirname(out_path)) if figures else "figures"
     drawn = {Path(f).stem for f in figures}
+    settings = {c["id"]: c.get("settings") or {} for c in claims}
     table = verdicts.assign(
         figure=lambda d: d["figure"].map(lambda f: f"[{f}.png]({fig_dir}/{f}.png)" if f in drawn else ""),
-        said=lambda d: "\"" + d["said"] + "\"")[["id", "claim", "said", "measured", "verdict", "figure"]]
+        said=lambda d: "\"" + d["said"] + "\"",
+        **{"judged with": lambda d: d["id"].map(lambda i: ", ".join(f"{k}={v}" for k, v in settings[i].items()))},
+    )[["id", "claim", "said", "measured", "verdict", "judged with", "figure"]]
     counts = verdicts["verdict"].value_counts()
     tally = ", ".join(f"{n} {v}" for v, n in counts.items())
     parts = [
@@ -137,7 +140,8 @@ def build(tables: dict[str, pd.DataFrame], claims_path: str, figures: list[str],
         "Every claim of the writeup, settled by this run's tables, then three findings (18-20): the writeup's lesson, "
         "\"test the case you didn't think to test\", applied to its own kernels. Verdicts: reproduced / reproduced "
         "with a nuance / false as stated; the point holds / not reproduced / needs a GPU / not settled (never guessed: "
-        "a claim this run could not measure says so).",
+        "a claim this run could not measure says so). \"Judged with\": the claim's thresholds and probe points, "
+        "from workflow/claims.yaml, which says what each means.",
         "## Provenance\n\n" + _provenance(tables),
         "## Claims\n\n" + tally + "\n\n" + md_table(table),
         "## Schedule\n\n" + _schedule(Path(out_path).parent),

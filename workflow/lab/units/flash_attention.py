@@ -461,7 +461,7 @@ def flash_past_wall(t, s):
     fail = walls[(walls["status"] == "out_of_resources") & (walls["dtype"] == runs["dtype"].iloc[0])
                  & (walls["d"] == runs["d"].iloc[0])]
     wall_at = int(fail["n_k"].min()) if len(fail) else None
-    good = wall_at is not None and longest > wall_at and corr.all() and len(right) and right.all()
+    good = wall_at is not None and longest > wall_at and len(corr) and corr.all() and len(right) and right.all()
     return base + f"; the writeup's kernel fails at n_k={wall_at} on the same device", REPRODUCED if good else NOT_REPRODUCED
 
 

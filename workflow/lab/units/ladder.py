@@ -58,9 +58,9 @@ def fused_wins(t, s):
                        if (losing["fused_ms"] <= s["launch_bound_growth"] * floor).all() else
                        "more than per-call cost")
                 text += f"; below {crossover} the unfused version is as fast or faster ({points}): {why}"
-            else:  # losses between sizes where fused wins: no crossover, single slow timings
+            else:  # losses between sizes where fused wins: no crossover
                 text += (f"; the fused kernel wins at every size but {points}, between sizes where it wins: "
-                         "no crossover, a slow timing at those sizes in this run")
+                         "no crossover (why it loses there, this run does not say)")
         else:
             verdicts.append(NOT_REPRODUCED)
             text += " - the fused kernel is slower at the largest size"

@@ -357,7 +357,8 @@ def softmax_small_input(t, s):
     if r["exact_match"]:
         return measured, REPRODUCED
     if r["matches_torch"]:
-        return measured + " - not exactly: it matches to rounding, which is what the test showed", FALSE_POINT_HOLDS
+        return (measured + " - not exactly: it matches to rounding, which is what the test showed (bit-exact would need "
+                "Triton's exp and its order of summation to be torch's)"), FALSE_POINT_HOLDS
     return measured, NOT_REPRODUCED
 
 
@@ -454,8 +455,10 @@ def torch_softmax_passes(t, s):
                 f"the five-op version launches {n_naive}, moving "
                 f"{g.loc['torch_naive', 'bytes'] / g.loc['torch_naive', 'input_bytes']:.0f}x; the Triton kernel "
                 f"{int(g.loc['triton_fused', 'value'])}")
-        at = times[(times["dtype"] == dtype) & (times["n_cols"] == n_cols)].set_index("provider")["value"]
+        timed = times[(times["dtype"] == dtype) & (times["n_cols"] == n_cols)]
+        at = timed.set_index("provider")["value"]
         slowdown = at.get(NAIVE, float("nan")) / at.get(TORCH_SOFTMAX, float("nan"))
+        shape = f"{int(timed['n_rows'].iloc[0])}x{n_cols}" if len(timed) and "n_rows" in timed else f"{n_cols} columns"
         if n_torch >= s["several"]:
             verdicts.append(REPRODUCED)
         elif slowdown != slowdown:  # NaN: the same width was not timed
@@ -463,11 +466,13 @@ def torch_softmax_passes(t, s):
             text += f"; the five-op version's cost was not timed at {n_cols} columns"
         elif slowdown >= s["min_naive_slowdown"]:
             verdicts.append(NUANCE)
-            text += (f"; done op by op it takes {slowdown:.2f}x torch.softmax's time - torch.softmax itself is one "
-                     "fused kernel: the several passes are what the op-by-op ('naive execution model') version makes")
+            text += (f"; done op by op it takes {slowdown:.2f}x torch.softmax's time (timed at {shape}) - torch.softmax "
+                     "itself is one fused kernel: the several passes are what the op-by-op ('naive execution model') "
+                     "version makes")
         else:
             verdicts.append(NOT_REPRODUCED)
-            text += f"; the op-by-op version takes only {slowdown:.2f}x the time: its extra passes cost little here"
+            text += (f"; the op-by-op version takes only {slowdown:.2f}x the time (timed at {shape}): its extra passes "
+                     "cost little here")
         parts.append(text)
     return "; ".join(parts) + " (bytes: the least each kernel must read and write, counted in code)", weakest(verdicts)
 
