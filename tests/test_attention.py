@@ -27,7 +27,7 @@ def test_matches_sdpa(n_q, n_k, d, dtype):
     (lambda: randn(4, 32), lambda: randn(0, 32), lambda: randn(0, 32), ValueError),
 ])
 def test_bad_input_is_refused(q, k, v, err):
-    with pytest.raises(err):
+    with pytest.raises(err, match=r"\b(q|k|v)\b"):  # naming the argument
         attention(q(), k(), v())
 
 

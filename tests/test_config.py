@@ -44,8 +44,8 @@ BAD = [
     ({"vector_add": {"correctness": {"shapes": []}}}, ["shapes"]),               # empty list
     ({"vector_add": {"correctness": {"sizes": [10**12]}}}, ["sizes", "2147483647"]),  # absurd size
     ({"relu_dropout": {"statistics": {"seeds": 10**9}}}, ["seeds", "10000"]),    # absurd count
-    ({"relu_dropout": {"performance": {"p": 1.5}}}, ["relu_dropout.performance.p", "1"]),              # probability out of range
-    ({"relu_dropout": {"correctness": {"ps": [0.5, 1.0]}}}, ["ps", "1"]),        # p = 1 drops everything
+    ({"relu_dropout": {"performance": {"p": 1.5}}}, ["relu_dropout.performance.p", "maximum of 1"]),   # probability out of range
+    ({"relu_dropout": {"correctness": {"ps": [0.5, 1.0]}}}, ["ps", "maximum of 1"]),  # p = 1 drops everything
     ({"seed": -1}, ["seed", "minimum of 0"]),                                    # out of range
     ({"softmax": {"bug": {"block_size": 1000}}}, ["block_size", "1024"]),         # not a power of two
     ({"attention": {"wall": {"head_dims": [512]}}}, ["head_dims", "256"]),        # unsupported head dim

@@ -87,7 +87,7 @@ def test_sm_scale():
 ])
 def test_bad_input_is_refused(shapes, kwargs, err):
     q, k, v = (randn(*s) for s in shapes)
-    with pytest.raises(err):
+    with pytest.raises(err, match=r"\b(q|k|v|causal|sm_scale|head_dim|seq_q|seq_k)\b"):  # naming the argument
         flash_attention(q, k, v, **kwargs)
 
 

@@ -79,7 +79,7 @@ def test_strided_rows():
     (lambda: randn(2, 3).to(torch.float64), {}, TypeError),
 ])
 def test_bad_input_is_refused(x, kwargs, err):
-    with pytest.raises(err):
+    with pytest.raises(err, match=r"\b(x|block_size|out)\b"):  # naming the argument
         softmax(x(), **kwargs)
 
 
@@ -258,10 +258,12 @@ def test_writeup_kernel_beside_the_improved_one():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(5, 40000), (300, 131072), (7, 262144 + 3), (2, 2**20)])
 def test_wide_rows_on_the_gpu(shape, dtype):
-    """The default configuration on rows that do not fit in one program: more rows than groups, odd widths."""
+    """The default configuration on rows that do not fit in one program: more rows than groups, odd widths.
+    Relative tolerances: each y of a row this wide is ~1e-5 or less, under any absolute one (zeros would pass)."""
+    tol = {torch.float32: 1e-5, torch.bfloat16: 1e-2}[dtype]
     x = randn(*shape, dtype=dtype, seed=7)
-    torch.testing.assert_close(softmax(x).float(), softmax_ref(x).float(), atol=softmax_atol(dtype), rtol=0)
+    torch.testing.assert_close(softmax(x).float(), torch.softmax(x.float(), -1), atol=0, rtol=tol)
     dy = randn(*shape, dtype=dtype, seed=8)
     y = softmax_ref(x)
     ref = torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)
-    torch.testing.assert_close(softmax_backward(y, dy).float(), ref, atol=4 * softmax_atol(dtype), rtol=0)
+    torch.testing.assert_close(softmax_backward(y, dy).float(), ref, atol=10 * tol * ref.abs().max().item(), rtol=0)

@@ -1,4 +1,5 @@
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from lab import table
@@ -23,7 +24,7 @@ def test_failed_write_keeps_the_old_file(tmp_path):
     good = table.to_frame([table.row("m", 1.0)], "k", "e", PROV)
     table.write_parquet(good, path)
     bad = good.assign(value=[object()])  # pyarrow cannot write this
-    with pytest.raises(Exception):
+    with pytest.raises(pa.ArrowException):
         table.write_parquet(bad, path)
     pd.testing.assert_frame_equal(pd.read_parquet(path), good)
     assert [p.name for p in tmp_path.iterdir()] == ["t.parquet"]

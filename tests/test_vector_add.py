@@ -38,5 +38,5 @@ def test_empty():
     (lambda: randn(4, dtype=torch.float64), lambda: randn(4, dtype=torch.float64), TypeError),
 ])
 def test_bad_input_is_refused(a, b, err):
-    with pytest.raises(err):
+    with pytest.raises(err, match=r"\b(x|y|block_size)\b"):  # naming the argument
         vector_add(a(), b())
