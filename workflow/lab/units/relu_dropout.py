@@ -253,11 +253,12 @@ def _off_setup(d: pd.DataFrame, size: int, ps) -> str:
     sizes, missing = sorted(set(rates["size"].astype(int))), sorted(set(map(float, ps)) - set(rates["p"]))
     if sizes == [size] and not missing:
         return ""
-    def listed(values):
-        return ", ".join(f"{v:g}" for v in values)
+    has = f"size {', '.join(map(str, sizes)) or 'none'}" + (f" and no p = {_listed(missing)}" if missing else "")
+    return f"not settled: the writeup's setup is size {size} at p = {_listed(ps)}; this table has {has}"
 
-    return (f"not settled: the writeup's setup is size {size} at p = {listed(ps)}; this table has size "
-            f"{listed(sizes) or 'none'}" + (f" and no p = {listed(missing)}" if missing else ""))
+
+def _listed(values) -> str:
+    return ", ".join(f"{v:g}" for v in values)
 
 
 @claim(2, ['relu_dropout/statistics'])
