@@ -16,8 +16,8 @@ Conventions:
   in the input) is zero too, as SDPA gives.
 - NaN or inf in the input reaches every row that sees it. Under a causal mask, one in V at a key that
   some rows of its tile do not see reaches those rows too (P @ V multiplies it by their zero weight:
-  0 * NaN = NaN), so which of them depends on the tiles: at most the BLOCK_M + BLOCK_N rows before the
-  key. flash_attention_ref, like SDPA's math path, spreads it to every row.
+  0 * NaN = NaN; their gradients too), so which of them depends on the tiles: at most the BLOCK_M +
+  BLOCK_N rows before the key. flash_attention_ref, like SDPA's math path, spreads it to every row.
 - Softmax in base 2: scores are pre-multiplied by sm_scale * log2(e) and exp2 is used; the stored
   log-sum-exp (for the backward) is in that base too.
 - fp16/bf16 inputs use tensor cores with fp32 accumulation; fp32 inputs use TF32 on the GPU
@@ -1208,8 +1208,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
     Differentiable once: the backward runs in Triton from the stored log-sum-exp; double backward
     (create_graph=True) raises RuntimeError rather than return gradients without a graph. Works inside
-    torch.compile (fullgraph too) and CUDA graph capture. sm_scale, a positive finite number, defaults to
-    1/sqrt(head_dim); see the module docstring for the causal convention. Tiles are chosen per shape bucket
+    torch.compile (fullgraph too) and CUDA graph capture. sm_scale, a positive number within fp32's normal
+    range, defaults to 1/sqrt(head_dim); see the module docstring for the causal convention. Tiles are chosen per shape bucket
     (kernels/_flash_tiles.py):
     ``flash_attention.tune(q, k, v, causal)`` tunes ahead of time, ``flash_attention.pin(fwd="128x64/w8/s3")``
     fixes a tile. On Hopper, warp-specialized kernels are among the tiles unless ``KERNELS_FLASH_WS=0``

@@ -465,6 +465,10 @@ CASES = [
     case(3, lambda: statistics(pvalue=S[3]["alpha"] / 2), NOT_REPRODUCED, id="binomial-test-fails"),
     case(3, lambda: statistics(r=-2 * S[3]["max_neighbour_r"]), NOT_REPRODUCED, id="neighbours-correlated"),
     case(3, lambda: statistics(agreement_gap=2 * S[3]["max_agreement_gap"]), NOT_REPRODUCED, id="seeds-not-independent"),
+    case(3, lambda: {k: v[v["metric"] != "same_seed_identical"] for k, v in statistics().items()}, NOT_SETTLED,
+         "lack a test this check reads", id="no-same-seed-test"),
+    case(3, lambda: {k: v.iloc[:0] for k, v in statistics().items()}, NOT_SETTLED, "holds no measurement",
+         id="empty-table"),
     case(3, lambda: statistics(same=False, mask_ref=False, close_ref=False), REPRODUCED,
          "same seed -> identical output: False", "no reference can match it", id="not-deterministic"),
 

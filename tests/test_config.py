@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lab import settings, units
+from lab import claims, settings, units
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -185,3 +185,5 @@ def test_a_table_misspelled_in_a_figure_claim_or_section_is_refused_naming_both(
         declared = units.sections
     with pytest.raises(ValueError, match=f"{kind}.*'softmax/bgu', which no experiment makes"):
         declared()
+    with pytest.raises(ValueError, match="'softmax/bgu'"):  # as the workflow checks them when it plans
+        claims.check_declarations(yaml.safe_load((ROOT / "workflow/claims.yaml").read_text()), units.figures())

@@ -69,7 +69,8 @@ except runs.ForeignRunError as refusal:
     # A table of it asked for by name on the command line: no rule can make it here, so say why, rather
     # than Snakemake's "No rule to produce". (Read from argv: Snakemake learns its targets only after it has
     # read this file; a target given another way still meets "No rule", after the note below.)
-    _asked = sorted(a for a in sys.argv[1:] if a.endswith(".parquet") and os.path.relpath(a).startswith(OUT + os.sep))
+    _run = os.path.realpath(OUT) + os.sep
+    _asked = sorted(a for a in sys.argv[1:] if a.endswith(".parquet") and os.path.realpath(a).startswith(_run))
     if _asked:
         raise WorkflowError(f"{refusal} (asked for: {', '.join(_asked)})")
     print(f"Note: {refusal} No experiment is planned there from this machine: its tables are read as they are.",
