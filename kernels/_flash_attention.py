@@ -12,12 +12,13 @@ Conventions:
   columns past head_dim masked).
 - causal=True aligns the mask to the bottom-right corner (as FlashAttention >= 2.1 and KV caches do):
   query i sees key j iff j <= i + seq_k - seq_q. With seq_q > seq_k the first seq_q - seq_k rows see no
-  key at all; their output (and gradient) is zero. The output of a row whose every score is -inf (-inf
-  in the input) is zero too, as SDPA gives.
+  key at all; their output (and gradient) is zero (V finite: see the next point). The output of a row
+  whose every score is -inf (-inf in the input) is zero too, as SDPA gives.
 - NaN or inf in the input reaches every row that sees it. Under a causal mask, one in V at a key that
-  some rows of its tile do not see reaches those rows too (P @ V multiplies it by their zero weight:
-  0 * NaN = NaN; their gradients too), so which of them depends on the tiles: at most the BLOCK_M +
-  BLOCK_N rows before the key. flash_attention_ref, like SDPA's math path, spreads it to every row.
+  some rows of its tile do not see reaches those rows too, rows that see no key at all included (P @ V
+  multiplies it by their zero weight: 0 * NaN = NaN; their gradients too), so which of them depends on
+  the tiles: at most the BLOCK_M + BLOCK_N rows before the key. flash_attention_ref, like SDPA's math
+  path, spreads it to every row.
 - Softmax in base 2: scores are pre-multiplied by sm_scale * log2(e) and exp2 is used; the stored
   log-sum-exp (for the backward) is in that base too.
 - fp16/bf16 inputs use tensor cores with fp32 accumulation; fp32 inputs use TF32 on the GPU
