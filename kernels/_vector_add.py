@@ -116,8 +116,9 @@ def vector_add_unmasked(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, blo
     """The add kernel with its mask removed, to show what the mask prevents (claim 14): the last block
     reads and writes up to ``block_size - 1`` elements past the end of x, y and out. Memory safe only
     when the three are views into buffers with at least that much room after them, and out's room is not
-    x's or y's; this function checks that they are, and is not for computing anything (nor differentiable: inputs that require grad are
-    refused). Inside torch.compile it runs eagerly (a graph break, so fullgraph=True refuses it)."""
+    x's or y's; this function checks that they are, and is not for computing anything (nor
+    differentiable: inputs that require grad are refused). Inside torch.compile it runs eagerly (a
+    graph break, so fullgraph=True refuses it)."""
     block_size = _checks.block_size(block_size)
     for name, t in (("x", x), ("y", y), ("out", out)):
         _checks.tensor(t, name, ndim=1, dtypes=DTYPES)
