@@ -213,14 +213,14 @@ def _probe(provider: str, n_rows: int, n_cols: int, dtype_name: str, seed: int) 
     picks = [slice(0, 4), slice(max(0, middle - 2), middle + 2), slice(n_rows - 4, n_rows)]
     refs = [softmax_ref(x[r]) for r in picks]
     result = [dict(metric="max_abs_diff", value=max(max_abs_diff(y[r], ref) for r, ref in zip(picks, refs)),
-                   atol=min(scaled_atol(dtype_name, "forward", ref) for ref in refs))]
+                   tolerance=min(scaled_atol(dtype_name, "forward", ref) for ref in refs))]
     if provider == FUSED:
         dy = torch.ones_like(x)
         dy[-4:] = randn([4, n_cols], dtype_name, seed + 1)
         dx = softmax_backward(y, dy)
         ref = torch._softmax_backward_data(dy[-4:].float(), y[-4:].float(), -1, torch.float32)
         result.append(dict(metric="backward_max_abs_diff", value=max_abs_diff(dx[-4:], ref),
-                           atol=scaled_atol(dtype_name, "backward", ref)))
+                           tolerance=scaled_atol(dtype_name, "backward", ref)))
     return result
 
 
