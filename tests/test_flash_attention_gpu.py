@@ -246,16 +246,30 @@ def test_the_tma_kernel_is_not_used_at_a_head_dim_of_32_or_on_unaligned_rows():
         assert torch.allclose(flash_attention(*q60).float(), fa.flash_attention_ref(*q60), atol=2e-2)
 
 
+@pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_the_default_backward_is_deterministic_and_the_one_pass_one_agrees_with_it(causal, monkeypatch):
-    """two_pass (the default) gives the same bits every run; one_pass (atomics) may not, but must agree."""
-    q, k, v = qkv(b=2, h=4, s=1000, d=128)
+def test_deterministic_mode_gives_the_same_bits_and_the_default_agrees_with_it(causal, d, monkeypatch):
+    """Under torch.use_deterministic_algorithms(True) the backward is two_pass (each kernel owns what it
+    writes): the same bits every run. The default agrees with it, and on Hopper runs one_pass (atomics) where
+    it was measured faster (fa.ONE_PASS_HEAD_DIMS, no causal mask), two_pass elsewhere."""
+    q, k, v = qkv(b=2, h=4, s=1000, d=d)
     do = torch.randn_like(q)
-    first, again = (grads(lambda *t: flash_attention(*t, causal=causal), q, k, v, do) for _ in range(2))
+    run = lambda: grads(lambda *t: flash_attention(*t, causal=causal), q, k, v, do)  # noqa: E731
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        first, again = run(), run()
+        assert fa.tiles_in_use()["bwd_dkdv"] and not fa.tiles_in_use()["bwd_one_pass"]
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
     assert all(torch.equal(a, b) for a, b in zip(first, again))
+    default = run()
+    one_pass = HOPPER and d in fa.ONE_PASS_HEAD_DIMS and not causal
+    assert bool(fa.tiles_in_use()["bwd_one_pass"]) == one_pass
+    for name, a, b in zip(("out", "dq", "dk", "dv"), default, first):
+        torch.testing.assert_close(a.float(), b.float(), atol=2e-2, rtol=2e-2, msg=name)
     monkeypatch.setenv("KERNELS_FLASH_BACKWARD", "one_pass")
-    one_pass = grads(lambda *t: flash_attention(*t, causal=causal), q, k, v, do)
-    for name, a, b in zip(("out", "dq", "dk", "dv"), one_pass, first):
+    for name, a, b in zip(("out", "dq", "dk", "dv"), run(), first):
         torch.testing.assert_close(a.float(), b.float(), atol=2e-2, rtol=2e-2, msg=name)
 
 
