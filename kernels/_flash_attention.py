@@ -1011,7 +1011,7 @@ class _Backward:
         if self.kind == "one_pass":
             dq_acc = self._accumulator(q)
             self.dkdv(q, k, v, do, lse, delta, dk, dv, dq_acc)
-            dq.copy_(dq_acc[..., :q.shape[-1]].mul_(self.sm_scale))
+            torch.mul(dq_acc[..., :q.shape[-1]], self.sm_scale, out=dq)  # scaled and cast in one pass
         else:
             self.dkdv(q, k, v, do, lse, delta, dk, dv, dk)
             self.dq(q, k, v, do, lse, delta, dq)
