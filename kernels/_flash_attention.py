@@ -1026,7 +1026,7 @@ def _scale(head_dim: int, sm_scale) -> float:
 class _Plan:
     """What calls of one shape (shapes, strides, dtypes, devices, causal, sm_scale as given) share, made
     as they first need it: a forward per (``store_lse``, warp_specialized()), a backward per (dO's and O's
-    strides, backward kind, warp_specialized()). Holds no tensor."""
+    strides, backward kind, warp_specialized(), torch's deterministic mode and its warn_only). Holds no tensor."""
 
     def __init__(self, head_dim: int, causal: bool, sm_scale: float | None):
         self.causal = causal
@@ -1047,10 +1047,11 @@ class _Plan:
     def backward(self, do, q, k, v, o, lse):
         if not _checks.rows_fit_int32(do):  # as for q, k and v in flash_attention()
             do = do.contiguous()
-        key = (do.stride(), o.stride(), backward_kind(), warp_specialized(), torch.are_deterministic_algorithms_enabled())
+        key = (do.stride(), o.stride(), backward_kind(), warp_specialized(), torch.are_deterministic_algorithms_enabled(),
+               torch.is_deterministic_algorithms_warn_only_enabled())  # a warn_only plan must not serve strict mode
         b = self.backwards.get(key)
         if b is None or (b.tma and not _aligned((q, k, v, do, lse))):  # as in forward(): TMA needs aligned bases
-            b = _Backward(do, q, k, v, o, lse, self.causal, self.sm_scale, *key[2:])
+            b = _Backward(do, q, k, v, o, lse, self.causal, self.sm_scale, *key[2:5])
             if b.final and _aligned((q, k, v, do, lse)):
                 self.backwards[key] = b
         for kind in BACKWARD_KERNELS:  # tiles_in_use() names this backward's kernels only
@@ -1147,7 +1148,7 @@ def resolve_backward(kind: str, block_d: int, causal: bool, tma_reduce: bool, de
                    f"{BACKWARD_ENV} (or set it to two_pass) for the deterministic backward")
         if not torch.is_deterministic_algorithms_warn_only_enabled():
             raise RuntimeError(message)
-        warnings.warn(message, UserWarning, stacklevel=2)
+        warnings.warn(message, UserWarning)
     return kind
 
 

@@ -271,6 +271,9 @@ def test_the_one_pass_backward_in_deterministic_mode_is_refused_naming_the_varia
     with pytest.warns(UserWarning, match="not deterministic"):
         flash_attention(q, k, v).sum().backward()
     assert torch.isfinite(q.grad).all()
+    deterministic_mode()  # strict again: the plan the warn_only call made does not serve it
+    with pytest.raises(RuntimeError, match="KERNELS_FLASH_BACKWARD=one_pass"):
+        flash_attention(q, k, v).sum().backward()
     monkeypatch.delenv("KERNELS_FLASH_BACKWARD")
     deterministic_mode()  # the default backward is deterministic in this mode: no error
     q.grad = None

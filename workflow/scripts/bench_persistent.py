@@ -34,7 +34,7 @@ SETTINGS = {  # name -> module attributes (BACKWARD: the backward, as KERNELS_FL
     "two_pass": {"BACKWARD": "two_pass"},
     "no_masked": {"MASKED_KINDS": ()},
     "no_longest_first": {"BWD_LONGEST_FIRST": False},
-    "ws64_dkdv": {"WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (64, 128)}},
+    "ws64_dkdv": {"BACKWARD": "two_pass", "WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (64, 128)}},
 }
 ERROR_LENGTHS = [(1000, 1000), (300, 1100), (1100, 300), (2048, 2048)]
 SPEED = [(d, causal, s) for d in (128, 64) for causal in (False, True) for s in (4096, 16384)]
