@@ -931,7 +931,7 @@ class _Backward:
         # on Hopper, for inputs TMA can address: the one-pass backward's kernel, and the two-pass backward's
         # warp-specialized dK/dV kernel for '/ws' tiles (a '/ws' tile elsewhere runs its sizes in the pointer kernel)
         self.tma = _tma_ready(q, k, v, do)
-        kind = resolve_backward(kind, block_d, causal, self.tma and _HAS_TMA_REDUCE, deterministic)
+        kind = resolve_backward(kind, block_d, seq_k, causal, self.tma and _HAS_TMA_REDUCE, deterministic)
         self.kind, self.sm_scale, self.acc_shape = kind, sm_scale, (batch, heads, seq_q, block_d)
         # the '/ws' dQ tiles: offered without a causal mask (the tuning key, so the same for every length of a
         # bucket); their kernel runs where lse and delta can be addressed by descriptors (_flash_bwd_dq_tma_kernel),
@@ -1104,8 +1104,10 @@ BACKWARD_ENV = "KERNELS_FLASH_BACKWARD"
 BACKWARDS = ("auto", "two_pass", "one_pass")
 BACKWARD_KERNELS = ("bwd_dkdv", "bwd_dq", "bwd_one_pass")
 # Where 'auto' takes the one-pass backward: Hopper's TMA kernel for it, head-dim blocks in ONE_PASS_HEAD_DIMS,
-# no causal mask; there it beat the two-pass backward on the H200 (tune_flash.py, tenth round), elsewhere lost.
+# at least ONE_PASS_MIN_KEYS keys, no causal mask; there it beat the two-pass backward on the H200 (tune_flash.py,
+# tenth round; +6.5% at 4096 keys, +10% at 16384 on an H100), elsewhere lost (-3% at 1024 keys on the H100).
 ONE_PASS_HEAD_DIMS = (64,)
+ONE_PASS_MIN_KEYS = 2048
 WS_ENV = "KERNELS_FLASH_WS"
 
 
@@ -1134,13 +1136,14 @@ def backward_kind() -> str:
     return kind
 
 
-def resolve_backward(kind: str, block_d: int, causal: bool, tma_reduce: bool, deterministic: bool) -> str:
-    """The backward that runs. 'auto' is 'one_pass' where it was measured faster (ONE_PASS_HEAD_DIMS, no
-    causal mask, its TMA kernel: ``tma_reduce``) unless torch's deterministic mode is on
+def resolve_backward(kind: str, block_d: int, seq_k: int, causal: bool, tma_reduce: bool,
+                     deterministic: bool) -> str:
+    """The backward that runs. 'auto' is 'one_pass' where it was measured faster (ONE_PASS_HEAD_DIMS,
+    ONE_PASS_MIN_KEYS, no causal mask, its TMA kernel: ``tma_reduce``) unless torch's deterministic mode is on
     (torch.use_deterministic_algorithms), else 'two_pass'. An explicit 'one_pass' in deterministic mode
     raises RuntimeError (a warning under warn_only), as torch's own nondeterministic operations do."""
     if kind == "auto":
-        fast = block_d in ONE_PASS_HEAD_DIMS and not causal and tma_reduce
+        fast = block_d in ONE_PASS_HEAD_DIMS and seq_k >= ONE_PASS_MIN_KEYS and not causal and tma_reduce
         return "one_pass" if fast and not deterministic else "two_pass"
     if kind == "one_pass" and deterministic:
         message = (f"flash_attention's one-pass backward ({BACKWARD_ENV}=one_pass) adds dQ with atomics and is "

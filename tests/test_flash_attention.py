@@ -241,16 +241,20 @@ def test_one_pass_backward_meets_the_rule_and_matches_the_two_pass_one(sq, sk, d
         torch.testing.assert_close(a, b, atol=2e-3, rtol=0, msg=name)
 
 
-@pytest.mark.parametrize("block_d, causal, tma, deterministic, runs", [
-    (64, False, True, False, "one_pass"),  # where the one-pass backward was measured faster
-    (64, False, True, True, "two_pass"),  # torch's deterministic mode
-    (64, True, True, False, "two_pass"), (128, False, True, False, "two_pass"), (32, False, True, False, "two_pass"),
-    (64, False, False, False, "two_pass"),  # no TMA kernel for these inputs (or no GPU): atomics were slower
+@pytest.mark.parametrize("block_d, seq_k, causal, tma, deterministic, runs", [
+    (64, 4096, False, True, False, "one_pass"),  # where the one-pass backward was measured faster
+    (64, fa.ONE_PASS_MIN_KEYS, False, True, False, "one_pass"),
+    (64, fa.ONE_PASS_MIN_KEYS - 1, False, True, False, "two_pass"),  # too few keys: one_pass lost there
+    (64, 4096, False, True, True, "two_pass"),  # torch's deterministic mode
+    (64, 4096, True, True, False, "two_pass"), (128, 4096, False, True, False, "two_pass"),
+    (32, 4096, False, True, False, "two_pass"),
+    (64, 4096, False, False, False, "two_pass"),  # no TMA kernel for these inputs (or no GPU): atomics were slower
 ])
-def test_the_default_backward_is_one_pass_only_where_it_was_measured_faster(block_d, causal, tma, deterministic, runs):
-    assert fa.resolve_backward("auto", block_d, causal, tma, deterministic) == runs
+def test_the_default_backward_is_one_pass_only_where_it_was_measured_faster(block_d, seq_k, causal, tma,
+                                                                            deterministic, runs):
+    assert fa.resolve_backward("auto", block_d, seq_k, causal, tma, deterministic) == runs
     for kind in ("two_pass", "one_pass"):  # asked for by name: that one, whatever the shape
-        assert fa.resolve_backward(kind, block_d, causal, tma, False) == kind
+        assert fa.resolve_backward(kind, block_d, seq_k, causal, tma, False) == kind
 
 
 @pytest.fixture
