@@ -30,6 +30,7 @@ import dataclasses
 import functools
 import math
 import os
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -756,7 +757,8 @@ _last: dict[str, Tile] = {}  # kernel -> the tile it last ran with, for the perf
 
 
 def tiles_in_use() -> dict[str, str]:
-    """The tile each kernel last ran with (tuned, cached, pinned or first fitting), as 'BMxBN/wW/sS'."""
+    """The tile each kernel last ran with (tuned, cached, pinned or first fitting), as 'BMxBN/wW/sS'; of the
+    backward's kernels, those the last backward ran (bwd_dkdv and bwd_dq, or bwd_one_pass), the others ''."""
     return {kind: str(_last[kind]) if kind in _last else "" for kind in CANDIDATES}
 
 
@@ -922,10 +924,10 @@ class _Backward:
     delta, then a dK/dV and a dQ kernel (two_pass) or one kernel adding dQ (one_pass):
     ``backward(do, q, k, v, o, lse) -> (dq, dk, dv)``."""
 
-    def __init__(self, do, q, k, v, o, lse, causal: bool, sm_scale: float, kind: str, ws: bool = False):
+    def __init__(self, do, q, k, v, o, lse, causal: bool, sm_scale: float, kind: str, ws: bool = False,
+                 deterministic: bool = False):
         batch, heads, seq_q, head_dim = q.shape
         seq_k, block_d = k.shape[2], bucket(head_dim)
-        self.kind, self.sm_scale, self.acc_shape = kind, sm_scale, (batch, heads, seq_q, block_d)
         self.delta = _prepare(_bwd_delta_kernel, _cdiv(seq_q, 64) * batch * heads, (*o.stride(), *do.stride(), heads, seq_q),
                               dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=64))
         numbers = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), heads, seq_q, seq_k, sm_scale, sm_scale * LOG2E)
@@ -934,6 +936,8 @@ class _Backward:
         # on Hopper, for inputs TMA can address: the one-pass backward's kernel, and the two-pass backward's
         # warp-specialized dK/dV kernel for '/ws' tiles (a '/ws' tile elsewhere runs its sizes in the pointer kernel)
         self.tma = _tma_ready(q, k, v, do)
+        kind = resolve_backward(kind, block_d, seq_k, causal, self.tma and _HAS_TMA_REDUCE, deterministic)
+        self.kind, self.sm_scale, self.acc_shape = kind, sm_scale, (batch, heads, seq_q, block_d)
         # the '/ws' dQ tiles: offered without a causal mask (the tuning key, so the same for every length of a
         # bucket); their kernel runs where lse and delta can be addressed by descriptors (_flash_bwd_dq_tma_kernel),
         # elsewhere the first pointer tile (a '/ws' tile's own sizes were never tuned for the pointer kernel)
@@ -1012,7 +1016,7 @@ class _Backward:
         if self.kind == "one_pass":
             dq_acc = self._accumulator(q)
             self.dkdv(q, k, v, do, lse, delta, dk, dv, dq_acc)
-            dq.copy_(dq_acc[..., :q.shape[-1]].mul_(self.sm_scale))
+            torch.mul(dq_acc[..., :q.shape[-1]], self.sm_scale, out=dq)  # scaled and cast in one pass
         else:
             self.dkdv(q, k, v, do, lse, delta, dk, dv, dk)
             self.dq(q, k, v, do, lse, delta, dq)
@@ -1027,7 +1031,7 @@ def _scale(head_dim: int, sm_scale) -> float:
 class _Plan:
     """What calls of one shape (shapes, strides, dtypes, devices, causal, sm_scale as given) share, made
     as they first need it: a forward per (``store_lse``, warp_specialized()), a backward per (dO's and O's
-    strides, backward kind, warp_specialized()). Holds no tensor."""
+    strides, backward kind, warp_specialized(), torch's deterministic mode and its warn_only). Holds no tensor."""
 
     def __init__(self, head_dim: int, causal: bool, sm_scale: float | None):
         self.causal = causal
@@ -1048,12 +1052,15 @@ class _Plan:
     def backward(self, do, q, k, v, o, lse):
         if not _checks.rows_fit_int32(do):  # as for q, k and v in flash_attention()
             do = do.contiguous()
-        key = (do.stride(), o.stride(), backward_kind(), warp_specialized())
+        key = (do.stride(), o.stride(), backward_kind(), warp_specialized(), torch.are_deterministic_algorithms_enabled(),
+               torch.is_deterministic_algorithms_warn_only_enabled())  # a warn_only plan must not serve strict mode
         b = self.backwards.get(key)
         if b is None or (b.tma and not _aligned((q, k, v, do, lse))):  # as in forward(): TMA needs aligned bases
-            b = _Backward(do, q, k, v, o, lse, self.causal, self.sm_scale, *key[2:])
+            b = _Backward(do, q, k, v, o, lse, self.causal, self.sm_scale, *key[2:5])
             if b.final and _aligned((q, k, v, do, lse)):
                 self.backwards[key] = b
+        for kind in BACKWARD_KERNELS:  # tiles_in_use() names this backward's kernels only
+            _last.pop(kind, None)
         _last.update(b.tiles)
         return b(do, q, k, v, o, lse)
 
@@ -1099,7 +1106,13 @@ def _plan(q, k, v, causal: bool, sm_scale: float | None) -> _Plan:
 
 
 BACKWARD_ENV = "KERNELS_FLASH_BACKWARD"
-BACKWARDS = ("two_pass", "one_pass")
+BACKWARDS = ("auto", "two_pass", "one_pass")
+BACKWARD_KERNELS = ("bwd_dkdv", "bwd_dq", "bwd_one_pass")
+# Where 'auto' takes the one-pass backward: Hopper's TMA kernel for it, head-dim blocks in ONE_PASS_HEAD_DIMS,
+# at least ONE_PASS_MIN_KEYS keys, no causal mask; there it beat the two-pass backward on the H200 (tune_flash.py,
+# tenth round; +6.5% at 4096 keys, +10% at 16384 on an H100), elsewhere lost (-3% at 1024 keys on the H100).
+ONE_PASS_HEAD_DIMS = (64,)
+ONE_PASS_MIN_KEYS = 2048
 WS_ENV = "KERNELS_FLASH_WS"
 
 
@@ -1118,13 +1131,32 @@ def warp_specialized() -> bool:
 
 
 def backward_kind() -> str:
-    """Which backward runs (``KERNELS_FLASH_BACKWARD``, read at each call): 'two_pass' (the default;
-    deterministic: a dK/dV kernel and a dQ kernel, each owning what it writes) or 'one_pass' (one kernel
-    adds dQ, by TMA reduce-adds of whole tiles on Hopper (_flash_bwd_tma_kernel) or fp32 atomics elsewhere:
-    two fewer matmuls per tile pair, bits that vary from run to run)."""
-    kind = os.environ.get(BACKWARD_ENV, "two_pass")
+    """Which backward is asked for (``KERNELS_FLASH_BACKWARD``, read at each call): 'two_pass' (deterministic:
+    a dK/dV kernel and a dQ kernel, each owning what it writes), 'one_pass' (one kernel adds dQ, by TMA
+    reduce-adds of whole tiles on Hopper (_flash_bwd_tma_kernel) or fp32 atomics elsewhere: two fewer
+    matmuls per tile pair, bits that vary from run to run) or 'auto' (the default: resolve_backward)."""
+    kind = os.environ.get(BACKWARD_ENV, "auto")
     if kind not in BACKWARDS:
         raise ValueError(f"{BACKWARD_ENV} must be one of {', '.join(BACKWARDS)}, got {kind!r}")
+    return kind
+
+
+def resolve_backward(kind: str, block_d: int, seq_k: int, causal: bool, tma_reduce: bool,
+                     deterministic: bool) -> str:
+    """The backward that runs. 'auto' is 'one_pass' where it was measured faster (ONE_PASS_HEAD_DIMS,
+    ONE_PASS_MIN_KEYS, no causal mask, its TMA kernel: ``tma_reduce``) unless torch's deterministic mode is on
+    (torch.use_deterministic_algorithms), else 'two_pass'. An explicit 'one_pass' in deterministic mode
+    raises RuntimeError (a warning under warn_only), as torch's own nondeterministic operations do."""
+    if kind == "auto":
+        fast = block_d in ONE_PASS_HEAD_DIMS and seq_k >= ONE_PASS_MIN_KEYS and not causal and tma_reduce
+        return "one_pass" if fast and not deterministic else "two_pass"
+    if kind == "one_pass" and deterministic:
+        message = (f"flash_attention's one-pass backward ({BACKWARD_ENV}=one_pass) adds dQ with atomics and is "
+                   "not deterministic, but torch.use_deterministic_algorithms(True) is set: unset "
+                   f"{BACKWARD_ENV} (or set it to two_pass) for the deterministic backward")
+        if not torch.is_deterministic_algorithms_warn_only_enabled():
+            raise RuntimeError(message)
+        warnings.warn(message, UserWarning)
     return kind
 
 
@@ -1251,9 +1283,8 @@ def tune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
         out = flash_attention(q, k, v, causal=causal)
         if backward:
             out.backward(torch.ones_like(out))
-    backward_kernels = ("bwd_one_pass",) if backward_kind() == "one_pass" else ("bwd_dkdv", "bwd_dq")
-    ran = ("fwd", *backward_kernels) if backward else ("fwd",)
-    return {kind: tile for kind, tile in tiles_in_use().items() if kind in ran}
+    ran = ("fwd", *BACKWARD_KERNELS) if backward else ("fwd",)
+    return {kind: tile for kind, tile in tiles_in_use().items() if kind in ran and tile}
 
 
 def pin(**tiles: str | None) -> None:

@@ -7,6 +7,7 @@ import torch
 
 from conftest import DEVICE, FLOAT_DTYPES, ON_GPU, randn
 from kernels import flash_attention, flash_attention_ref
+from kernels import _flash_attention as fa
 from kernels._flash_attention import causal_mask
 from lab.verify import attention_eps, flash_errors, within_fa_rule
 
@@ -247,14 +248,59 @@ def test_one_pass_backward_meets_the_rule_and_matches_the_two_pass_one(sq, sk, d
     default backward, and the same gradients up to the order of fp32 additions."""
     q, k, v = qkv(1, 2, sq, sk, d, torch.float16, strided)
     do = randn(*q.shape, dtype=torch.float16, seed=9)
+    monkeypatch.setenv("KERNELS_FLASH_BACKWARD", "two_pass")
     two_pass = torch.autograd.grad(flash_attention(q, k, v, causal=causal), (q, k, v), do)
     monkeypatch.setenv("KERNELS_FLASH_BACKWARD", "one_pass")
     check(q, k, v, causal, torch.float16)
     one_pass = torch.autograd.grad(flash_attention(q, k, v, causal=causal), (q, k, v), do)
     from kernels import tiles_in_use
-    assert tiles_in_use()["bwd_one_pass"]  # it ran
+    assert tiles_in_use()["bwd_one_pass"] and not tiles_in_use()["bwd_dkdv"]  # it ran, and it alone
     for name, a, b in zip(("dq", "dk", "dv"), one_pass, two_pass):
         torch.testing.assert_close(a, b, atol=2e-3, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize("block_d, seq_k, causal, tma, deterministic, runs", [
+    (64, 4096, False, True, False, "one_pass"),  # where the one-pass backward was measured faster
+    (64, fa.ONE_PASS_MIN_KEYS, False, True, False, "one_pass"),
+    (64, fa.ONE_PASS_MIN_KEYS - 1, False, True, False, "two_pass"),  # too few keys: one_pass lost there
+    (64, 4096, False, True, True, "two_pass"),  # torch's deterministic mode
+    (64, 4096, True, True, False, "two_pass"), (128, 4096, False, True, False, "two_pass"),
+    (32, 4096, False, True, False, "two_pass"),
+    (64, 4096, False, False, False, "two_pass"),  # no TMA kernel for these inputs (or no GPU): atomics were slower
+])
+def test_the_default_backward_is_one_pass_only_where_it_was_measured_faster(block_d, seq_k, causal, tma,
+                                                                            deterministic, runs):
+    assert fa.resolve_backward("auto", block_d, seq_k, causal, tma, deterministic) == runs
+    for kind in ("two_pass", "one_pass"):  # asked for by name: that one, whatever the shape
+        assert fa.resolve_backward(kind, block_d, seq_k, causal, tma, False) == kind
+
+
+@pytest.fixture
+def deterministic_mode():
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    yield lambda warn_only=False: torch.use_deterministic_algorithms(True, warn_only=warn_only)
+    torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def test_the_one_pass_backward_in_deterministic_mode_is_refused_naming_the_variable(monkeypatch, deterministic_mode):
+    q, k, v = qkv(1, 1, 8, 8, 16, torch.float32)
+    q.requires_grad_()
+    monkeypatch.setenv("KERNELS_FLASH_BACKWARD", "one_pass")
+    deterministic_mode()
+    with pytest.raises(RuntimeError, match="KERNELS_FLASH_BACKWARD=one_pass.*use_deterministic_algorithms"):
+        flash_attention(q, k, v).sum().backward()
+    deterministic_mode(warn_only=True)  # as torch's own operations: a warning, and it runs
+    with pytest.warns(UserWarning, match="not deterministic"):
+        flash_attention(q, k, v).sum().backward()
+    assert torch.isfinite(q.grad).all()
+    deterministic_mode()  # strict again: the plan the warn_only call made does not serve it
+    with pytest.raises(RuntimeError, match="KERNELS_FLASH_BACKWARD=one_pass"):
+        flash_attention(q, k, v).sum().backward()
+    monkeypatch.delenv("KERNELS_FLASH_BACKWARD")
+    deterministic_mode()  # the default backward is deterministic in this mode: no error
+    q.grad = None
+    flash_attention(q, k, v).sum().backward()
+    assert fa.tiles_in_use()["bwd_dkdv"] and not fa.tiles_in_use()["bwd_one_pass"]
 
 
 def test_an_unknown_backward_is_refused_naming_the_variable(monkeypatch):

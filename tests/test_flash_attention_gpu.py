@@ -246,16 +246,31 @@ def test_the_tma_kernel_is_not_used_at_a_head_dim_of_32_or_on_unaligned_rows():
         assert torch.allclose(flash_attention(*q60).float(), fa.flash_attention_ref(*q60), atol=2e-2)
 
 
+@pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_the_default_backward_is_deterministic_and_the_one_pass_one_agrees_with_it(causal, monkeypatch):
-    """two_pass (the default) gives the same bits every run; one_pass (atomics) may not, but must agree."""
-    q, k, v = qkv(b=2, h=4, s=1000, d=128)
+def test_deterministic_mode_gives_the_same_bits_and_the_default_agrees_with_it(causal, d, monkeypatch):
+    """Under torch.use_deterministic_algorithms(True) the backward is two_pass (each kernel owns what it
+    writes): the same bits every run. The default agrees with it, and on Hopper runs one_pass (atomics) where
+    it was measured faster (fa.ONE_PASS_HEAD_DIMS, fa.ONE_PASS_MIN_KEYS, no causal mask), two_pass elsewhere."""
+    q, k, v = qkv(b=2, h=4, s=2100, d=d)
     do = torch.randn_like(q)
-    first, again = (grads(lambda *t: flash_attention(*t, causal=causal), q, k, v, do) for _ in range(2))
+    run = lambda: grads(lambda *t: flash_attention(*t, causal=causal), q, k, v, do)  # noqa: E731
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        first, again = run(), run()
+        assert fa.tiles_in_use()["bwd_dkdv"] and not fa.tiles_in_use()["bwd_one_pass"]
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
     assert all(torch.equal(a, b) for a, b in zip(first, again))
+    default = run()
+    one_pass = (HOPPER and fa._HAS_TMA_REDUCE and fa.bucket(d) in fa.ONE_PASS_HEAD_DIMS and 2100 >= fa.ONE_PASS_MIN_KEYS
+                and not causal)
+    assert bool(fa.tiles_in_use()["bwd_one_pass"]) == one_pass
+    for name, a, b in zip(("out", "dq", "dk", "dv"), default, first):
+        torch.testing.assert_close(a.float(), b.float(), atol=2e-2, rtol=2e-2, msg=name)
     monkeypatch.setenv("KERNELS_FLASH_BACKWARD", "one_pass")
-    one_pass = grads(lambda *t: flash_attention(*t, causal=causal), q, k, v, do)
-    for name, a, b in zip(("out", "dq", "dk", "dv"), one_pass, first):
+    for name, a, b in zip(("out", "dq", "dk", "dv"), run(), first):
         torch.testing.assert_close(a.float(), b.float(), atol=2e-2, rtol=2e-2, msg=name)
 
 
@@ -362,10 +377,12 @@ def test_every_warp_specialized_dq_tile_is_right(tile, d, dtype, monkeypatch):
 @needs_hopper
 @pytest.mark.parametrize("d", [128, 64])
 @pytest.mark.usefixtures("ws")
-def test_the_persistent_tma_forward_is_right(d):
+def test_the_persistent_tma_forward_is_right(d, monkeypatch):
     """The '/ws' tiles pinned (the persistent forward, causal in rounds that alternate direction, its
     running max from -FLT_MAX): the reference forward and gradients, causal and not, at odd and whole-tile
-    lengths, equal and unequal, strided."""
+    lengths, equal and unequal, strided. The two-pass backward, whose '/ws' dK/dV tile is pinned (at head_dim
+    64 without a mask the default would run one_pass)."""
+    monkeypatch.setenv(fa.BACKWARD_ENV, "two_pass")
     fa.pin(fwd="128x128/w4/s2/ws", bwd_dkdv="64x128/w4/s2/ws")
     try:
         for causal in (False, True):

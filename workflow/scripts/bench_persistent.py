@@ -1,8 +1,9 @@
-"""The forms of flash_attention that are off by default (the one-pass backward; '/ws' dK/dV tiles at
-head_dim 64; the causal persistent forward's tile loop pipelined) and the default without two of its
-choices (the '/ws/masked' tiles, which the tuner weighs against the split at the diagonal under a causal
-mask; BWD_LONGEST_FIRST) beside the default (GPU only, Hopper; not part of the pipeline). Its figures are
-in tune_flash.py's docstring.
+"""The forms of flash_attention that are off by default (the one-pass or the two-pass backward at every
+shape, where the default picks one per shape; '/ws' dK/dV tiles at head_dim 64;
+the causal persistent forward's tile loop pipelined) and the default without two
+of its choices (the '/ws/masked' tiles, which the tuner weighs against the split at the diagonal under a
+causal mask; BWD_LONGEST_FIRST) beside the default (GPU only, Hopper; not part of the pipeline). Its
+figures are in tune_flash.py's docstring.
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_persistent.py out.csv [setting ...]
 
@@ -31,9 +32,10 @@ from bench_ws_causal import max_errors  # this folder is the script's first impo
 SETTINGS = {  # name -> module attributes (BACKWARD: the backward, as KERNELS_FLASH_BACKWARD names it)
     "default": {},
     "one_pass": {"BACKWARD": "one_pass"},
+    "two_pass": {"BACKWARD": "two_pass"},
     "no_masked": {"MASKED_KINDS": ()},
     "no_longest_first": {"BWD_LONGEST_FIRST": False},
-    "ws64_dkdv": {"WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (64, 128)}},
+    "ws64_dkdv": {"BACKWARD": "two_pass", "WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (64, 128)}},
     # the persistent '/ws' forward's next query tile loaded early under a causal mask too (head-dim blocks <= 64;
     # causal programs run several tiles since the tenth round, and 2 stages paid +3-6% without the mask)
     "causal_stages2": {"tile_stages": lambda block_d, causal: 2 if block_d <= 64 else 1},
@@ -50,7 +52,7 @@ def apply(name: str) -> None:
     """The setting's module attributes (the others at their defaults), tuned afresh: no tile chosen under
     another setting, in this process or in a cache file (one per setting)."""
     setting = dict(SETTINGS[name])
-    os.environ[fa.BACKWARD_ENV] = setting.pop("BACKWARD", "two_pass")
+    os.environ[fa.BACKWARD_ENV] = setting.pop("BACKWARD", "auto")
     for attr, value in {**DEFAULTS, **setting}.items():
         setattr(fa, attr, value)
     os.environ[_flash_tiles.CACHE_ENV] = os.path.join(CACHE, f"{name}.json")

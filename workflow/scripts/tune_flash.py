@@ -22,7 +22,8 @@ heads, batch x seq = 16384, forward TFLOP/s, do_bench medians; pointer kernel = 
 The one-pass backward (KERNELS_FLASH_BACKWARD=one_pass: the dk/dv kernel adds dQ with pointer atomics),
 same setup, forward+backward TFLOP/s at S = 4096: 362 against 386 for the default two-pass backward at
 head_dim 128, 288 against 319 causal. So the atomics cost more than the two matmuls they save, and
-two_pass stays the default; TMA reduce-adds of whole dQ tiles are the next thing to try.
+two_pass stayed the default; TMA reduce-adds of whole dQ tiles are the next thing to try (the tenth round found
+where those win: the default 'auto' backward runs one_pass there).
 
 The backward, second round (same setup; forward+backward TFLOP/s, do_bench medians, each variant beside
 cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless named):
