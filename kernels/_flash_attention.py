@@ -86,8 +86,9 @@ DIAGONAL_DKDV = (8, 2)
 BWD_LONGEST_FIRST = True
 # Causal kernels take their tiles longest first in groups of heads whose streamed tensors (K and V for the
 # forward and dQ, Q and dO for dK/dV) fill at most this many bytes, so that the programs running at once share
-# them in L2 (the H200 has 60 MB); 0: one group of every head (longest first over the whole grid). To measure.
-LPT_GROUP_BYTES = 24 * 2**20
+# them in L2 (the H200 has 60 MB); 0: one group of every head (longest first over the whole grid). As
+# FlashAttention-3's longest-first scheduler groups heads (40 MB sections, a power of two of heads). To measure.
+LPT_GROUP_BYTES = 32 * 2**20
 SHARED_BUDGET = 180 * 1024  # of Hopper's 227 KiB per block, leaving room for what the estimate omits
 WS_BUDGET = 220 * 1024  # the '/ws' kernels' estimates are close to what they allocate
 ONE_PASS_TMA_BUDGET = 200 * 1024  # the TMA backward allocates up to ~9% more than its estimate (214040 B at 64x128/s3)
@@ -850,11 +851,13 @@ def _cdiv(a: int, b: int) -> int:  # plain ints: triton.cdiv is a constexpr func
 
 
 def lpt_group(n_bh: int, streamed_rows: int, head_dim: int, element_size: int) -> int:
-    """How many heads a causal kernel's longest-first order takes at a time (_by_length): those whose two
-    streamed (streamed_rows, head_dim) tensors fit in LPT_GROUP_BYTES, at least 1; every head where that is 0."""
-    if not LPT_GROUP_BYTES:
+    """How many heads a causal kernel's longest-first order takes at a time (_by_length): the largest power of
+    two of heads whose two streamed (streamed_rows, head_dim) tensors fit in LPT_GROUP_BYTES, at least 1 (and at
+    most every head); every head where LPT_GROUP_BYTES is 0."""
+    fit = LPT_GROUP_BYTES // max(1, 2 * streamed_rows * head_dim * element_size)
+    if not LPT_GROUP_BYTES or fit >= n_bh:
         return max(1, n_bh)
-    return max(1, min(n_bh, LPT_GROUP_BYTES // max(1, 2 * streamed_rows * head_dim * element_size)))
+    return 1 << max(0, fit.bit_length() - 1)
 
 
 # Each kernel is launched through a DirectLaunch (kernels/_launch.py), and each call shape keeps its

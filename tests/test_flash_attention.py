@@ -525,8 +525,8 @@ def test_the_causal_dkdv_split_meets_the_rule(sq, sk, d, tile, monkeypatch):
 def test_the_causal_backward_longest_first_meets_the_rule(sq, sk, b, h, group_bytes, monkeypatch):
     """BWD_LONGEST_FIRST: the causal pointer dK/dV and dQ kernels take their programs longest first, in
     groups of heads (LPT_GROUP_BYTES; 51200 bytes: two heads of 100 fp32 rows of 32, so a smaller last group
-    at 3 or 6 heads), every tile of every head once: gradients over several heads and batches, lengths
-    unequal both ways."""
+    at 3 heads), every tile of every head once: gradients over several heads and batches, lengths unequal
+    both ways."""
     from kernels import _flash_attention as fa
 
     monkeypatch.setattr(fa, "BWD_LONGEST_FIRST", True)

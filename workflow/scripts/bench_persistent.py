@@ -33,8 +33,8 @@ SETTINGS = {  # name -> module attributes (BACKWARD: the backward, as KERNELS_FL
     "no_masked": {"MASKED_KINDS": ()},
     "no_longest_first": {"BWD_LONGEST_FIRST": False},
     "lpt_one_group": {"LPT_GROUP_BYTES": 0},  # longest first over every head at once (before LPT_GROUP_BYTES)
-    "lpt_12mb": {"LPT_GROUP_BYTES": 12 * 2**20},
-    "lpt_48mb": {"LPT_GROUP_BYTES": 48 * 2**20},
+    "lpt_8mb": {"LPT_GROUP_BYTES": 8 * 2**20},
+    "lpt_64mb": {"LPT_GROUP_BYTES": 64 * 2**20},
     "ws64_dkdv": {"WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (64, 128)}},
 }
 ERROR_LENGTHS = [(1000, 1000), (300, 1100), (1100, 300), (2048, 2048)]
