@@ -215,7 +215,7 @@ def _flash_fwd_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
-    n_heads, seq_q, seq_k, qk_scale,
+    n_heads, seq_q, seq_k, qk_scale, lpt_group,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WS_N: tl.constexpr, WS_M: tl.constexpr,
 ):
@@ -225,7 +225,10 @@ def _flash_fwd_kernel(
     # before the diagonal of the tile's first row, unmasked, and left
     # each row's output over them, normalised, in o and its log-sum-exp in part_ptr ((seq_q, 4) rows per
     # head); this kernel starts from there and runs the rest.
-    start_m, bh = _tile_and_head(seq_q, BLOCK_M)
+    if CAUSAL and WS_N == 0:  # the last query tile sees the most keys (after the TMA kernel, tiles of one length)
+        start_m, bh = _longest_tile_first(seq_q, lpt_group, BLOCK_M, True)
+    else:
+        start_m, bh = _tile_and_head(seq_q, BLOCK_M)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
     EVEN_D: tl.constexpr = HEAD_DIM == BLOCK_D
@@ -299,7 +302,7 @@ def _flash_fwd_tma_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
-    n_heads, seq_q, seq_k, qk_scale, n_bh, lpt_group,
+    n_heads, seq_q, seq_k, qk_scale, lpt_group, n_bh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_K: tl.constexpr, PARTIAL: tl.constexpr,
     FLAT: tl.constexpr, TILE_STAGES: tl.constexpr,
@@ -889,7 +892,9 @@ class _Forward:
         seq_k, block_d = k.shape[2], bucket(head_dim)  # the head-dim block: the power of two at or above it
         self.shape, self.store_lse = q.shape, store_lse
         o, lse = self._outputs(q)
-        numbers = (*q.stride(), *k.stride(), *v.stride(), *o.stride(), heads, seq_q, seq_k, sm_scale * LOG2E)
+        # the causal kernels' longest-first groups of heads (lpt_group): the forward streams K and V
+        numbers = (*q.stride(), *k.stride(), *v.stride(), *o.stride(), heads, seq_q, seq_k, sm_scale * LOG2E,
+                   lpt_group(batch * heads, seq_k, head_dim, q.element_size()))
         consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal, STORE_LSE=store_lse)
         tma = ws and _tma_ready(q, k, v, o)  # its one TMA kernel is the warp-specialized one
 
@@ -902,8 +907,7 @@ class _Forward:
                 split = causal and not tile.masked
                 flat = _flat(q, tile.block_m) and _flat(o, tile.block_m) and _flat(k, tile.block_n) \
                     and _flat(v, tile.block_n)
-                group = lpt_group(batch * heads, seq_k, head_dim, q.element_size())
-                ws = _prepare(_flash_fwd_tma_kernel, min(programs, sm_count(q.device)), (*numbers, batch * heads, group),
+                ws = _prepare(_flash_fwd_tma_kernel, min(programs, sm_count(q.device)), (*numbers, batch * heads),
                               {**consts, "EVEN_K": split or seq_k % tile.block_n == 0, "PARTIAL": split,
                                "FLAT": flat, "TILE_STAGES": tile_stages(block_d, causal)}, tile)
                 diagonal = diagonal_fwd(tile)
