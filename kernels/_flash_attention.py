@@ -133,8 +133,8 @@ def candidates(kind: str, block_d: int, element_size: int, interpreter: bool, tm
 
 
 # Sequence lengths are not specialized on (Triton would otherwise compile again when a length's
-# divisibility by 16 changes): any length reuses the compiled kernel.
-_jit = triton.jit(do_not_specialize=["seq_q", "seq_k"])
+# divisibility by 16 changes): any length reuses the compiled kernel. Nor is lpt_group, which lengths decide.
+_jit = triton.jit(do_not_specialize=["seq_q", "seq_k", "lpt_group"])
 
 
 @triton.jit
