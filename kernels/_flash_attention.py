@@ -87,9 +87,15 @@ DIAGONAL_FWD = (64, 64, 4, 2)
 # H200, head_dim 128, bf16 (tune_flash.py, seventeenth round): the masked forward 7.6% faster at S = 4096 and
 # 2.5-6.5% slower at 8192-16384, the masked dK/dV 2-6% faster; at head_dim 64 the split forward faster everywhere.
 DIAGONAL_DKDV = (8, 2)
-# The causal pointer dK/dV and dQ kernels take their programs longest first across heads (H200: dK/dV 8% faster
-# at head_dim 64, S = 4096; dQ 2% at head_dim 128; tune_flash.py, eleventh round).
+# The causal dK/dV and dQ kernels take their programs longest first (in LPT groups of heads, below; the pointer
+# kernels across all heads on the H200: dK/dV 8% faster at head_dim 64, S = 4096; dQ 2% at head_dim 128;
+# tune_flash.py, eleventh round).
 BWD_LONGEST_FIRST = True
+# Causal kernels take their tiles longest first in groups of heads whose streamed tensors (K and V for the
+# forward and dQ, Q and dO for dK/dV) fill at most this many bytes, so that the programs running at once share
+# them in L2 (the H200 has 60 MB); 0: one group of every head (longest first over the whole grid). As
+# FlashAttention-3's longest-first scheduler groups heads (40 MB sections, a power of two of heads). To measure.
+LPT_GROUP_BYTES = 32 * 2**20
 SHARED_BUDGET = 180 * 1024  # of Hopper's 227 KiB per block, leaving room for what the estimate omits
 WS_BUDGET = 220 * 1024  # the '/ws' kernels' estimates are close to what they allocate
 ONE_PASS_TMA_BUDGET = 200 * 1024  # the TMA backward allocates up to ~9% more than its estimate (214040 B at 64x128/s3)
@@ -133,8 +139,8 @@ def candidates(kind: str, block_d: int, element_size: int, interpreter: bool, tm
 
 
 # Sequence lengths are not specialized on (Triton would otherwise compile again when a length's
-# divisibility by 16 changes): any length reuses the compiled kernel.
-_jit = triton.jit(do_not_specialize=["seq_q", "seq_k"])
+# divisibility by 16 changes): any length reuses the compiled kernel. Nor is lpt_group, which lengths decide.
+_jit = triton.jit(do_not_specialize=["seq_q", "seq_k", "lpt_group"])
 
 
 @triton.jit
@@ -147,15 +153,26 @@ def _tile_and_head(seq, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _longest_tile_first(seq, BLOCK: tl.constexpr, FROM_END: tl.constexpr):
-    """_tile_and_head for a causal kernel whose programs differ in length: every head's tiles of one
-    length together, the longest first (FROM_END: the last tile is the longest), so that the short
-    ones fill the end of the grid."""
-    pid = tl.program_id(0)
+def _by_length(t, tiles, n_bh, group):
+    """(batch * heads index, rank) of work item ``t`` of a causal kernel whose tiles differ in length, rank 0
+    the longest tile of a head: the heads in groups of ``group`` (the last one smaller), and within a group
+    every head's tiles of one rank together, the longest first. One group of all heads is longest first
+    over the whole grid; groups whose heads' streamed tensors fit in L2 keep the programs that run at once
+    reading the same few heads (lpt_group)."""
+    per_group = group * tiles
+    g = t // per_group
+    local = t - g * per_group
+    heads_here = tl.minimum(group, n_bh - g * group)
+    return g * group + local % heads_here, local // heads_here
+
+
+@triton.jit
+def _longest_tile_first(seq, group, BLOCK: tl.constexpr, FROM_END: tl.constexpr):
+    """_tile_and_head for a causal kernel whose programs differ in length, in _by_length's order (FROM_END:
+    a head's last tile is its longest), so that the short ones fill the end of the grid."""
     tiles = tl.cdiv(seq, BLOCK)
-    n_bh = tl.num_programs(0) // tiles
-    rank = pid // n_bh
-    return (tiles - 1 - rank if FROM_END else rank) * BLOCK, pid % n_bh
+    bh, rank = _by_length(tl.program_id(0), tiles, tl.num_programs(0) // tiles, group)
+    return (tiles - 1 - rank if FROM_END else rank) * BLOCK, bh
 
 
 @triton.jit
@@ -205,7 +222,7 @@ def _flash_fwd_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
-    n_heads, seq_q, seq_k, qk_scale,
+    n_heads, seq_q, seq_k, qk_scale, lpt_group,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WS_N: tl.constexpr, WS_M: tl.constexpr,
 ):
@@ -215,7 +232,10 @@ def _flash_fwd_kernel(
     # before the diagonal of the tile's first row, unmasked, and left
     # each row's output over them, normalised, in o and its log-sum-exp in part_ptr ((seq_q, 4) rows per
     # head); this kernel starts from there and runs the rest.
-    start_m, bh = _tile_and_head(seq_q, BLOCK_M)
+    if CAUSAL and WS_N == 0:  # the last query tile sees the most keys (after the TMA kernel, tiles of one length)
+        start_m, bh = _longest_tile_first(seq_q, lpt_group, BLOCK_M, True)
+    else:
+        start_m, bh = _tile_and_head(seq_q, BLOCK_M)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
     EVEN_D: tl.constexpr = HEAD_DIM == BLOCK_D
@@ -271,17 +291,15 @@ def _flash_fwd_kernel(
 
 
 @triton.jit
-def _longest_first(tile, tiles, n_bh):
-    """(head, rank) of a causal kernel's tile number ``tile`` of a grid-stride loop, rank 0 the longest
-    tile of a head: every head's tiles of one rank together, the longest first, so that a grid of a
-    program per tile is a longest-first schedule; a persistent grid takes its rounds (one tile per
-    program) alternately forwards and backwards, so that each program's total evens out (the last round,
-    partial, forwards)."""
+def _longest_first(tile, tiles, n_bh, group):
+    """(head, rank) of a causal kernel's tile number ``tile`` of a grid-stride loop, in _by_length's order;
+    a persistent grid takes its rounds (one tile per program) alternately forwards and backwards, so that
+    each program's total evens out (the last round, partial, forwards)."""
     programs = tl.num_programs(0)
     k = tile // programs
     turn = (k % 2 == 1) & ((k + 1) * programs <= tiles * n_bh)
     t = tl.where(turn, (2 * k + 1) * programs - 1 - tile, tile)
-    return t % n_bh, t // n_bh
+    return _by_length(t, tiles, n_bh, group)
 
 
 @_jit
@@ -291,7 +309,7 @@ def _flash_fwd_tma_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
-    n_heads, seq_q, seq_k, qk_scale, n_bh,
+    n_heads, seq_q, seq_k, qk_scale, lpt_group, n_bh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_K: tl.constexpr, PARTIAL: tl.constexpr,
     FLAT: tl.constexpr, TILE_STAGES: tl.constexpr,
@@ -332,7 +350,7 @@ def _flash_fwd_tma_kernel(
     # TILE_STAGES (tile_stages): the tile loop pipelined (the next tile's Q loaded early) where it fits
     for tile in tl.range(tl.program_id(0), tiles * n_bh, tl.num_programs(0), num_stages=TILE_STAGES):
         if CAUSAL:  # tiles differ in length: the last rows' first
-            bh, rank = _longest_first(tile, tiles, n_bh)
+            bh, rank = _longest_first(tile, tiles, n_bh, lpt_group)
             start_m = (tiles - 1 - rank) * BLOCK_M
         else:
             bh = tile // tiles
@@ -479,7 +497,7 @@ def _flash_bwd_dkdv_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_dom, stride_dod,
-    n_heads, seq_q, seq_k, sm_scale, qk_scale,
+    n_heads, seq_q, seq_k, sm_scale, qk_scale, lpt_group,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ADD_DQ: tl.constexpr, DIAGONAL: tl.constexpr,
     LONGEST_FIRST: tl.constexpr,
@@ -492,7 +510,7 @@ def _flash_bwd_dkdv_kernel(
     # the tiles the diagonal cuts, their sums (dK unscaled) left in fp32 at dq_acc_ptr, a (batch * heads *
     # seq_k, 2 * BLOCK_D) buffer, dK's then dV's, for that kernel to go on from; dk and dv not written.
     if CAUSAL and LONGEST_FIRST:  # the first key tile sees the most queries
-        start_n, bh = _longest_tile_first(seq_k, BLOCK_N, False)
+        start_n, bh = _longest_tile_first(seq_k, lpt_group, BLOCK_N, False)
     else:
         start_n, bh = _tile_and_head(seq_k, BLOCK_N)
     b = (bh // n_heads).to(tl.int64)
@@ -548,10 +566,10 @@ def _flash_bwd_tma_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_dom, stride_dod,
-    n_heads, seq_q, seq_k, sm_scale, qk_scale,
+    n_heads, seq_q, seq_k, sm_scale, qk_scale, lpt_group,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_Q: tl.constexpr, ADD_DQ: tl.constexpr, WS: tl.constexpr,
-    PARTIAL: tl.constexpr,
+    PARTIAL: tl.constexpr, LONGEST_FIRST: tl.constexpr,
 ):
     # The one-pass backward on Hopper (FlashAttention-3's scheme): _flash_bwd_dkdv_kernel with ADD_DQ,
     # but every tile moved by the tensor-memory accelerator, one 2-D descriptor per head (rows past a
@@ -565,7 +583,10 @@ def _flash_bwd_tma_kernel(
     # _flash_bwd_dkdv_kernel (DIAGONAL) left at dq_acc_ptr.
     # A program per key tile (persistent measured no faster on the H200: tune_flash.py, tenth round).
     # The caller guarantees a unit stride in head_dim and 16-byte aligned bases and strides (_tma_ready).
-    start_n, bh = _tile_and_head(seq_k, BLOCK_N)
+    if CAUSAL and LONGEST_FIRST:  # the first key tile sees the most queries
+        start_n, bh = _longest_tile_first(seq_k, lpt_group, BLOCK_N, False)
+    else:
+        start_n, bh = _tile_and_head(seq_k, BLOCK_N)
     MASK: tl.constexpr = (CAUSAL and not PARTIAL) or not EVEN_Q
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
@@ -662,13 +683,13 @@ def _flash_bwd_dq_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_dom, stride_dod,
-    n_heads, seq_q, seq_k, sm_scale, qk_scale,
+    n_heads, seq_q, seq_k, sm_scale, qk_scale, lpt_group,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LONGEST_FIRST: tl.constexpr,
 ):
     # One program owns BLOCK_M queries and walks the key tiles they can see.
     if CAUSAL and LONGEST_FIRST:  # the last query tile sees the most keys
-        start_m, bh = _longest_tile_first(seq_q, BLOCK_M, True)
+        start_m, bh = _longest_tile_first(seq_q, lpt_group, BLOCK_M, True)
     else:
         start_m, bh = _tile_and_head(seq_q, BLOCK_M)
     b = (bh // n_heads).to(tl.int64)
@@ -840,6 +861,16 @@ def _cdiv(a: int, b: int) -> int:  # plain ints: triton.cdiv is a constexpr func
     return -(-a // b)
 
 
+def lpt_group(n_bh: int, streamed_rows: int, head_dim: int, element_size: int) -> int:
+    """How many heads a causal kernel's longest-first order takes at a time (_by_length): the largest power of
+    two of heads whose two streamed (streamed_rows, head_dim) tensors fit in LPT_GROUP_BYTES, at least 1 (and at
+    most every head); every head where LPT_GROUP_BYTES is 0."""
+    fit = LPT_GROUP_BYTES // max(1, 2 * streamed_rows * head_dim * element_size)
+    if not LPT_GROUP_BYTES or fit >= n_bh:
+        return max(1, n_bh)
+    return 1 << max(0, fit.bit_length() - 1)
+
+
 # Each kernel is launched through a DirectLaunch (kernels/_launch.py), and each call shape keeps its
 # prepared launches in a _Plan, so a repeated call does no checks, tile lookup or argument binding. The
 # TMA kernels (the '/ws' ones among them) are compiled without the barriers Triton's warp specialization
@@ -869,7 +900,11 @@ class _Forward:
         seq_k, block_d = k.shape[2], bucket(head_dim)  # the head-dim block: the power of two at or above it
         self.shape, self.store_lse = q.shape, store_lse
         o, lse = self._outputs(q)
-        numbers = (*q.stride(), *k.stride(), *v.stride(), *o.stride(), heads, seq_q, seq_k, sm_scale * LOG2E)
+        # the causal forward takes its tiles longest first across every head, one group: in groups of heads
+        # (lpt_group, as the backward's kernels take them) it measured ~10% slower (H100, bf16, D=128, S=4096
+        # / 16384: 445 / 504 against 495 / 559 TFLOP/s), where the backward gained
+        numbers = (*q.stride(), *k.stride(), *v.stride(), *o.stride(), heads, seq_q, seq_k, sm_scale * LOG2E,
+                   batch * heads)
         consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal, STORE_LSE=store_lse)
         tma = ws and _tma_ready(q, k, v, o)  # its one TMA kernel is the warp-specialized one
 
@@ -931,6 +966,9 @@ class _Backward:
         self.delta = _prepare(_bwd_delta_kernel, _cdiv(seq_q, 64) * batch * heads, (*o.stride(), *do.stride(), heads, seq_q),
                               dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=64))
         numbers = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), heads, seq_q, seq_k, sm_scale, sm_scale * LOG2E)
+        # the causal kernels' longest-first groups (lpt_group): dK/dV streams Q and dO, dQ streams K and V
+        dkdv_numbers = (*numbers, lpt_group(batch * heads, seq_q, head_dim, q.element_size()))
+        dq_numbers = (*numbers, lpt_group(batch * heads, seq_k, head_dim, q.element_size()))
         consts = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=causal)
 
         # on Hopper, for inputs TMA can address: the one-pass backward's kernel, and the two-pass backward's
@@ -949,12 +987,13 @@ class _Backward:
             programs = _cdiv(seq_k, tile.block_n) * batch * heads
             if (add_dq and self.tma and _HAS_TMA_REDUCE) or (tile.ws and ws):
                 split = causal and not add_dq and not tile.masked
-                tma_part = _prepare(_flash_bwd_tma_kernel, programs, numbers,
+                tma_part = _prepare(_flash_bwd_tma_kernel, programs, dkdv_numbers,
                                     {**consts, "EVEN_Q": seq_q % tile.block_m == 0, "ADD_DQ": add_dq,
-                                     "WS": tile.ws and not add_dq, "PARTIAL": split}, tile)
+                                     "WS": tile.ws and not add_dq, "PARTIAL": split,
+                                     "LONGEST_FIRST": BWD_LONGEST_FIRST}, tile)
                 if not split:
                     return tma_part
-                diagonal = _prepare(_flash_bwd_dkdv_kernel, programs, numbers,
+                diagonal = _prepare(_flash_bwd_dkdv_kernel, programs, dkdv_numbers,
                                     {**consts, "ADD_DQ": False, "DIAGONAL": True, "LONGEST_FIRST": BWD_LONGEST_FIRST},
                                     Tile(tile.block_m, tile.block_n, *DIAGONAL_DKDV))
 
@@ -963,7 +1002,7 @@ class _Backward:
                     diagonal(q, k, v, do, lse, delta, dk, dv, part)
                     tma_part(q, k, v, do, lse, delta, dk, dv, part)
                 return both
-            return _prepare(_flash_bwd_dkdv_kernel, programs, numbers,
+            return _prepare(_flash_bwd_dkdv_kernel, programs, dkdv_numbers,
                             {**consts, "ADD_DQ": add_dq, "DIAGONAL": False, "LONGEST_FIRST": BWD_LONGEST_FIRST}, tile)
 
         def dq_of(tile: Tile) -> Prepared:
@@ -973,7 +1012,8 @@ class _Backward:
             if tile.ws:
                 tile = _candidates("bwd_dq", block_d, q.dtype, False)[0]
             programs = _cdiv(seq_q, tile.block_m) * batch * heads
-            return _prepare(_flash_bwd_dq_kernel, programs, numbers, {**consts, "LONGEST_FIRST": BWD_LONGEST_FIRST}, tile)
+            return _prepare(_flash_bwd_dq_kernel, programs, dq_numbers, {**consts, "LONGEST_FIRST": BWD_LONGEST_FIRST},
+                            tile)
 
         delta, dq, dk, dv = self._outputs(q, k, v, lse)  # for tuning, which runs on these tensors
         self.delta(o, do, delta)

@@ -71,7 +71,7 @@ cases = [("_flash_fwd_tma_kernel", 5, t, dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=
                                               PARTIAL=False, FLAT=True, TILE_STAGES=fa.tile_stages(128, False)))
          for t in fa.candidates("fwd", 128, 2, interpreter=False, tma=True) if t.ws]
 cases += [("_flash_bwd_tma_kernel", 9, t, dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, EVEN_Q=True, ADD_DQ=False,
-                                               WS=True, PARTIAL=False))
+                                               WS=True, PARTIAL=False, LONGEST_FIRST=False))
           for t in fa.candidates("bwd_dkdv", 128, 2, interpreter=False, tma=True) if t.ws]
 cases += [("_flash_bwd_dq_tma_kernel", 7, t, dict(HEAD_DIM=128, BLOCK_D=128, EVEN_K=True))
           for t in fa.candidates("bwd_dq", 128, 2, interpreter=False, tma=True) if t.ws]

@@ -9,6 +9,7 @@ from conftest import DEVICE, FLOAT_DTYPES, ON_GPU, randn
 from kernels import flash_attention, flash_attention_ref
 from kernels import _flash_attention as fa
 from kernels._flash_attention import causal_mask
+from kernels._triton import tl, triton
 from lab.verify import attention_eps, flash_errors, within_fa_rule
 
 
@@ -553,6 +554,16 @@ def test_the_masked_tma_kernels_meet_the_rule(sq, sk, d, ws_masked):
 
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
+@pytest.mark.parametrize("group_bytes", [1, 102400], ids=["a-head-a-group", "four-heads-a-group"])
+def test_the_masked_tma_kernels_longest_first_in_groups_of_heads_meet_the_rule(group_bytes, ws_masked, monkeypatch):
+    """The persistent TMA forward and the TMA dK/dV kernel, causal, with their longest-first order in groups
+    of heads (LPT_GROUP_BYTES; 102400 bytes: four heads of 100 fp16 rows of 64, so groups of 4 and 2 of the 6
+    heads; the persistent forward's 3 programs run rounds across groups)."""
+    monkeypatch.setattr(fa, "LPT_GROUP_BYTES", group_bytes)
+    check(*qkv(2, 3, 100, 100, 64, torch.float16), True, torch.float16)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
 @pytest.mark.parametrize("sq, sk, d, tile", [(100, 100, 64, "32x32"), (70, 130, 40, "32x32"), (130, 70, 64, "32x32"),
                                              (64, 64, 16, "32x32"), (33, 1, 16, "32x32"), (1, 97, 16, "32x32"),
                                              (96, 160, 16, "32x32"), (96, 100, 16, "32x32"), (100, 100, 64, "16x32"),
@@ -573,18 +584,66 @@ def test_the_causal_dkdv_split_meets_the_rule(sq, sk, d, tile, monkeypatch):
 
 
 @pytest.mark.parametrize("sq, sk, b, h", [(100, 100, 2, 3), (70, 130, 1, 2), (130, 70, 3, 1), (33, 1, 1, 2)])
-def test_the_causal_backward_longest_first_meets_the_rule(sq, sk, b, h, monkeypatch):
-    """BWD_LONGEST_FIRST: the causal pointer dK/dV and dQ kernels take their programs longest first
-    across heads (every tile of every head, once): gradients over several heads and batches, lengths
-    unequal both ways."""
+@pytest.mark.parametrize("group_bytes", [0, 1, 51200], ids=["one-group", "a-head-a-group", "two-heads-a-group"])
+def test_the_causal_backward_longest_first_meets_the_rule(sq, sk, b, h, group_bytes, monkeypatch):
+    """BWD_LONGEST_FIRST: the causal pointer dK/dV and dQ kernels take their programs longest first, in
+    groups of heads (LPT_GROUP_BYTES; 51200 bytes: two heads of 100 fp32 rows of 32, so a smaller last group
+    at 3 heads), every tile of every head once: gradients over several heads and batches, lengths unequal
+    both ways."""
     from kernels import _flash_attention as fa
 
     monkeypatch.setattr(fa, "BWD_LONGEST_FIRST", True)
+    monkeypatch.setattr(fa, "LPT_GROUP_BYTES", group_bytes)
     fa.pin(bwd_dkdv="32x32/w4/s1", bwd_dq="32x32/w4/s1")
     try:
         check(*qkv(b, h, sq, sk, 32, torch.float32), True, torch.float32)
     finally:
         fa.pin()
+
+
+def test_no_flash_kernel_is_specialized_on_a_length_or_its_lpt_group():
+    """Triton specializes an integer argument that is 1 or a multiple of 16; the lengths, and lpt_group
+    (which lengths decide), must not be, so that a new length of a tuned bucket compiles nothing."""
+    kernels = [getattr(fa, name) for name in dir(fa) if name.startswith(("_flash_", "_bwd_")) and name.endswith("_kernel")]
+    assert len(kernels) >= 7
+    for kernel in kernels:  # a JITFunction on a GPU, an InterpretedFunction (its jit arguments kept) on the CPU
+        unspecialized = ({p.name for p in kernel.params if p.do_not_specialize} if hasattr(kernel, "params")
+                         else set(kernel.kwargs.get("do_not_specialize") or ()))
+        lengths = {"seq_q", "seq_k", "lpt_group"} & set(kernel.arg_names)
+        assert lengths and lengths <= unspecialized, (kernel.fn.__name__, lengths - unspecialized)
+
+
+@triton.jit
+def _orders(out_ptr, persistent_ptr, tiles, n_bh, group, N: tl.constexpr):
+    """Where _by_length and _longest_first put work items 0..tiles * n_bh - 1: (head, rank) pairs."""
+    t = tl.arange(0, N)
+    inside = t < tiles * n_bh
+    bh, rank = fa._by_length(t, tiles, n_bh, group)
+    tl.store(out_ptr + 2 * t, bh, mask=inside)
+    tl.store(out_ptr + 2 * t + 1, rank, mask=inside)
+    bh, rank = fa._longest_first(t, tiles, n_bh, group)
+    tl.store(persistent_ptr + 2 * t, bh, mask=inside)
+    tl.store(persistent_ptr + 2 * t + 1, rank, mask=inside)
+
+
+@pytest.mark.parametrize("tiles, n_bh, group, programs", [(4, 6, 6, 5), (4, 6, 4, 5), (3, 7, 2, 4), (5, 3, 1, 2),
+                                                          (1, 5, 3, 7), (6, 1, 1, 3)])
+def test_longest_first_orders_visit_every_tile_of_every_head_once_longest_first_in_each_group(tiles, n_bh, group,
+                                                                                             programs):
+    """_by_length (a program per tile) and _longest_first (a persistent grid's rounds, alternating
+    direction): a permutation of (head, rank) pairs; within a group of heads, ranks in order."""
+    n = tiles * n_bh
+    out, persistent = (torch.full((n, 2), -1, dtype=torch.int32, device=DEVICE) for _ in range(2))
+    _orders[(programs,)](out, persistent, tiles, n_bh, group, N=triton.next_power_of_2(n))
+    pairs = sorted((h, r) for h in range(n_bh) for r in range(tiles))
+    for got in (out, persistent):
+        assert sorted(map(tuple, got.tolist())) == pairs
+    groups = [bh // group for bh, _ in out.tolist()]
+    assert groups == sorted(groups)  # each group's tiles one after another, the groups in order
+    by_group = {}
+    for bh, rank in out.tolist():
+        by_group.setdefault(bh // group, []).append(rank)
+    assert all(ranks == sorted(ranks) for ranks in by_group.values())  # longest first within a group
 
 
 @pytest.fixture(params=[("two_pass", False), ("two_pass", True), ("one_pass", False)],

@@ -27,7 +27,7 @@ def fit_request(kernel: str, types: dict, tile, consts: dict) -> dict:
     16-divisible pointers and strides builds it (Triton then stages the loops' loads in shared memory: the most
     a launch takes), with the head-dim strides constant 1."""
     ones = {n: 1 for n in types if n.startswith("stride") and n.endswith("d")}
-    aligned = [n for n, t in types.items() if n not in ones and n not in ("seq_q", "seq_k") and t != "fp32"]
+    aligned = [n for n, t in types.items() if n not in ones and n not in ("seq_q", "seq_k", "lpt_group") and t != "fp32"]
     return dict(module="kernels._flash_attention", kernel=kernel, num_warps=tile.warps, num_stages=tile.stages,
                 arg_types={n: t for n, t in types.items() if n not in ones}, aligned=aligned,
                 constexprs=dict(consts, **ones, BLOCK_M=tile.block_m, BLOCK_N=tile.block_n))
@@ -110,7 +110,7 @@ def test_every_tile_of_the_tma_one_pass_backward_fits(dtype, head_dim):
     tiles = fa.candidates("bwd_one_pass", block_d, torch.empty(0, dtype=dtype).element_size(), interpreter=False, tma=True)
     assert_each_fits("_flash_bwd_tma_kernel", arg_types("_flash_bwd_tma_kernel", 9, ELT[dtype]), tiles,
                      dict(HEAD_DIM=head_dim, BLOCK_D=block_d, CAUSAL=True, EVEN_Q=False, ADD_DQ=True, WS=False,
-                          PARTIAL=False))
+                          PARTIAL=False, LONGEST_FIRST=True))
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -123,7 +123,7 @@ def test_the_warp_specialized_dkdv_tiles_compile_within_hopper_shared_memory(cau
     types = arg_types("_flash_bwd_tma_kernel", 9, "bf16")
     assert_all_fit({f"{t} EVEN_Q={even_q} PARTIAL={partial}": fit_request(
         "_flash_bwd_tma_kernel", types, t, dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=causal, EVEN_Q=even_q, ADD_DQ=False,
-                                                WS=True, PARTIAL=partial))
+                                                WS=True, PARTIAL=partial, LONGEST_FIRST=True))
         for t in tiles for even_q in (False, True) for partial in ((False, True) if causal else (False,))})
     if causal:
         diagonal = [fa.Tile(t.block_m, t.block_n, *fa.DIAGONAL_DKDV) for t in tiles]

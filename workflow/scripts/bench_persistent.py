@@ -35,6 +35,9 @@ SETTINGS = {  # name -> module attributes (BACKWARD: the backward, as KERNELS_FL
     "two_pass": {"BACKWARD": "two_pass"},
     "no_masked": {"MASKED_KINDS": ()},
     "no_longest_first": {"BWD_LONGEST_FIRST": False},
+    "lpt_one_group": {"LPT_GROUP_BYTES": 0},  # longest first over every head at once (before LPT_GROUP_BYTES)
+    "lpt_8mb": {"LPT_GROUP_BYTES": 8 * 2**20},
+    "lpt_64mb": {"LPT_GROUP_BYTES": 64 * 2**20},
     "ws64_dkdv": {"BACKWARD": "two_pass", "WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (64, 128)}},
     # the persistent '/ws' forward's next query tile loaded early under a causal mask too (head-dim blocks <= 64;
     # causal programs run several tiles since the tenth round, and 2 stages paid +3-6% without the mask)
