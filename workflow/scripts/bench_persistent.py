@@ -36,6 +36,7 @@ SETTINGS = {  # name -> module attributes (BACKWARD: the backward, as KERNELS_FL
     "lpt_8mb": {"LPT_GROUP_BYTES": 8 * 2**20},
     "lpt_64mb": {"LPT_GROUP_BYTES": 64 * 2**20},
     "ws64_dkdv": {"WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (64, 128)}},
+    "no_ws_dq": {"WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (128,), "bwd_dq": ()}},  # the pointer dQ kernel only
 }
 ERROR_LENGTHS = [(1000, 1000), (300, 1100), (1100, 300), (2048, 2048)]
 SPEED = [(d, causal, s) for d in (128, 64) for causal in (False, True) for s in (4096, 16384)]
