@@ -81,8 +81,9 @@ DIAGONAL_FWD = (64, 64, 4, 2)
 # H200, head_dim 128, bf16 (tune_flash.py, seventeenth round): the masked forward 7.6% faster at S = 4096 and
 # 2.5-6.5% slower at 8192-16384, the masked dK/dV 2-6% faster; at head_dim 64 the split forward faster everywhere.
 DIAGONAL_DKDV = (8, 2)
-# The causal pointer dK/dV and dQ kernels take their programs longest first across heads (H200: dK/dV 8% faster
-# at head_dim 64, S = 4096; dQ 2% at head_dim 128; tune_flash.py, eleventh round).
+# The causal dK/dV and dQ kernels take their programs longest first (in LPT groups of heads, below; the pointer
+# kernels across all heads on the H200: dK/dV 8% faster at head_dim 64, S = 4096; dQ 2% at head_dim 128;
+# tune_flash.py, eleventh round).
 BWD_LONGEST_FIRST = True
 # Causal kernels take their tiles longest first in groups of heads whose streamed tensors (K and V for the
 # forward and dQ, Q and dO for dK/dV) fill at most this many bytes, so that the programs running at once share
@@ -132,8 +133,8 @@ def candidates(kind: str, block_d: int, element_size: int, interpreter: bool, tm
 
 
 # Sequence lengths are not specialized on (Triton would otherwise compile again when a length's
-# divisibility by 16 changes): any length reuses the compiled kernel.
-_jit = triton.jit(do_not_specialize=["seq_q", "seq_k"])
+# divisibility by 16 changes): any length reuses the compiled kernel. Nor is lpt_group, which lengths decide.
+_jit = triton.jit(do_not_specialize=["seq_q", "seq_k", "lpt_group"])
 
 
 @triton.jit

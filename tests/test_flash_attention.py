@@ -542,6 +542,18 @@ def test_the_causal_backward_longest_first_meets_the_rule(sq, sk, b, h, group_by
         fa.pin()
 
 
+def test_no_flash_kernel_is_specialized_on_a_length_or_its_lpt_group():
+    """Triton specializes an integer argument that is 1 or a multiple of 16; the lengths, and lpt_group
+    (which lengths decide), must not be, so that a new length of a tuned bucket compiles nothing."""
+    kernels = [getattr(fa, name) for name in dir(fa) if name.startswith(("_flash_", "_bwd_")) and name.endswith("_kernel")]
+    assert len(kernels) >= 7
+    for kernel in kernels:  # a JITFunction on a GPU, an InterpretedFunction (its jit arguments kept) on the CPU
+        unspecialized = ({p.name for p in kernel.params if p.do_not_specialize} if hasattr(kernel, "params")
+                         else set(kernel.kwargs.get("do_not_specialize") or ()))
+        lengths = {"seq_q", "seq_k", "lpt_group"} & set(kernel.arg_names)
+        assert lengths and lengths <= unspecialized, (kernel.fn.__name__, lengths - unspecialized)
+
+
 @triton.jit
 def _orders(out_ptr, persistent_ptr, tiles, n_bh, group, N: tl.constexpr):
     """Where _by_length and _longest_first put work items 0..tiles * n_bh - 1: (head, rank) pairs."""
@@ -567,11 +579,12 @@ def test_longest_first_orders_visit_every_tile_of_every_head_once_longest_first_
     pairs = sorted((h, r) for h in range(n_bh) for r in range(tiles))
     for got in (out, persistent):
         assert sorted(map(tuple, got.tolist())) == pairs
+    groups = [bh // group for bh, _ in out.tolist()]
+    assert groups == sorted(groups)  # each group's tiles one after another, the groups in order
     by_group = {}
     for bh, rank in out.tolist():
         by_group.setdefault(bh // group, []).append(rank)
-    assert list(by_group) == sorted(by_group)  # groups one after another
-    assert all(ranks == sorted(ranks) for ranks in by_group.values())
+    assert all(ranks == sorted(ranks) for ranks in by_group.values())  # longest first within a group
 
 
 @pytest.fixture(params=[("two_pass", False), ("two_pass", True), ("one_pass", False)],

@@ -27,7 +27,7 @@ def fit_request(kernel: str, types: dict, tile, consts: dict) -> dict:
     16-divisible pointers and strides builds it (Triton then stages the loops' loads in shared memory: the most
     a launch takes), with the head-dim strides constant 1."""
     ones = {n: 1 for n in types if n.startswith("stride") and n.endswith("d")}
-    aligned = [n for n, t in types.items() if n not in ones and n not in ("seq_q", "seq_k") and t != "fp32"]
+    aligned = [n for n, t in types.items() if n not in ones and n not in ("seq_q", "seq_k", "lpt_group") and t != "fp32"]
     return dict(module="kernels._flash_attention", kernel=kernel, num_warps=tile.warps, num_stages=tile.stages,
                 arg_types={n: t for n, t in types.items() if n not in ones}, aligned=aligned,
                 constexprs=dict(consts, **ones, BLOCK_M=tile.block_m, BLOCK_N=tile.block_n))

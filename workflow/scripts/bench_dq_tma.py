@@ -72,6 +72,7 @@ def main() -> None:
         o, lse = fa._plan(q, k, v, causal, None).forward(q, k, v)
         delta = (o.float() * do.float()).sum(-1)
         numbers = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), heads, seq, seq, scale, scale * fa.LOG2E)
+        group = fa.lpt_group(batch * heads, seq, d, q.element_size())  # the causal order's heads at a time
         consts = dict(HEAD_DIM=d, BLOCK_D=d, CAUSAL=causal)
         ref = torch.empty_like(q)
         for kind, text in [("pointer", t) for t in POINTER_TILES] + [("tma", t) for t in TILES]:
@@ -79,7 +80,7 @@ def main() -> None:
             grid = -(-seq // t.block_m) * batch * heads
             # fa._prepare launches the TMA kernel as flash_attention does: compiled without dead barriers
             if kind == "pointer":
-                prep = fa._prepare(fa._flash_bwd_dq_kernel, grid, numbers, {**consts, "LONGEST_FIRST": True}, t)
+                prep = fa._prepare(fa._flash_bwd_dq_kernel, grid, (*numbers, group), {**consts, "LONGEST_FIRST": True}, t)
             else:
                 prep = fa._prepare(getattr(fa, KERNEL), grid, numbers,
                                    dict(HEAD_DIM=d, BLOCK_D=d, EVEN_K=seq % t.block_n == 0), t)
