@@ -731,18 +731,18 @@ def _flash_bwd_dq_tma_kernel(
     stride_dob, stride_doh, stride_dom, stride_dod,
     n_heads, seq_q, seq_k, sm_scale, qk_scale, lpt_group,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    EVEN_K: tl.constexpr, CAUSAL: tl.constexpr,
+    EVEN_K: tl.constexpr, CAUSAL: tl.constexpr, LONGEST_FIRST: tl.constexpr,
 ):
     # The dQ kernel on Hopper (a '/ws' tile): _flash_bwd_dq_kernel's arithmetic with every tile moved by TMA
     # and the key loop warp-specialized (a producer warp group, two consumer groups splitting the queries);
     # H200, head_dim 128, no causal mask: 5-7% faster than the pointer kernel (bench_dq_tma.py). CAUSAL: the
     # mask on every key tile (one loop: Triton specializes no more), rows counted from start_m as the
-    # forward counts them (_flash_fwd_tma_kernel), the longest tiles first (lpt_group).
+    # forward counts them (_flash_fwd_tma_kernel), the longest tiles first (LONGEST_FIRST, lpt_group).
     # lse and delta come through 1-D descriptors over every head's rows: pointer loads of them do not
     # compile specialized (Triton 3.6 and 3.9), and a descriptor's start must be 16-byte aligned, so the
     # caller guarantees seq_q % 4 == 0 and fewer than 2^31 rows. A last tile's rows past seq_q read the next
     # head's values (or zeros): they reach only dQ rows that the descriptor's store does not write.
-    if CAUSAL:  # the last query tile sees the most keys
+    if CAUSAL and LONGEST_FIRST:  # the last query tile sees the most keys
         start_m, bh = _longest_tile_first(seq_q, lpt_group, BLOCK_M, True)
     else:
         start_m, bh = _tile_and_head(seq_q, BLOCK_M)
@@ -1008,8 +1008,8 @@ class _Backward:
         def dq_of(tile: Tile) -> Prepared:
             if tile.ws and dq_tma:
                 return _prepare(_flash_bwd_dq_tma_kernel, _cdiv(seq_q, tile.block_m) * batch * heads, dq_numbers,
-                                dict(HEAD_DIM=head_dim, BLOCK_D=block_d, EVEN_K=seq_k % tile.block_n == 0, CAUSAL=causal),
-                                tile)
+                                dict(HEAD_DIM=head_dim, BLOCK_D=block_d, EVEN_K=seq_k % tile.block_n == 0, CAUSAL=causal,
+                                     LONGEST_FIRST=BWD_LONGEST_FIRST), tile)
             if tile.ws:
                 tile = _candidates("bwd_dq", block_d, q.dtype, False)[0]
             programs = _cdiv(seq_q, tile.block_m) * batch * heads

@@ -73,7 +73,8 @@ cases = [("_flash_fwd_tma_kernel", 5, t, dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=
 cases += [("_flash_bwd_tma_kernel", 9, t, dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, EVEN_Q=True, ADD_DQ=False,
                                                WS=True, PARTIAL=False, LONGEST_FIRST=False))
           for t in fa.candidates("bwd_dkdv", 128, 2, interpreter=False, tma=True) if t.ws]
-cases += [("_flash_bwd_dq_tma_kernel", 7, t, dict(HEAD_DIM=128, BLOCK_D=128, EVEN_K=True, CAUSAL=causal))
+cases += [("_flash_bwd_dq_tma_kernel", 7, t, dict(HEAD_DIM=128, BLOCK_D=128, EVEN_K=True, CAUSAL=causal,
+                                                  LONGEST_FIRST=True))
           for t in fa.candidates("bwd_dq", 128, 2, interpreter=False, tma=True) if t.ws for causal in (False, True)]
 for kernel, n_ptr, tile, consts in cases:
     first = compiled(kernel, n_ptr, tile, consts)

@@ -137,7 +137,8 @@ def test_the_warp_specialized_dq_tiles_compile_within_hopper_shared_memory():
     tiles = [t for t in fa.candidates("bwd_dq", 128, 2, interpreter=False, tma=True) if t.ws]
     types = arg_types("_flash_bwd_dq_tma_kernel", 7, "bf16")
     assert_all_fit({f"{t} EVEN_K={even_k} CAUSAL={causal}": fit_request(
-        "_flash_bwd_dq_tma_kernel", types, t, dict(HEAD_DIM=128, BLOCK_D=128, EVEN_K=even_k, CAUSAL=causal))
+        "_flash_bwd_dq_tma_kernel", types, t, dict(HEAD_DIM=128, BLOCK_D=128, EVEN_K=even_k, CAUSAL=causal,
+                                                   LONGEST_FIRST=True))
         for t in tiles for even_k in (False, True) for causal in (False, True)})
 
 
