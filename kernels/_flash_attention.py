@@ -63,7 +63,7 @@ CANDIDATES = {
     # tuner on the H200 (causal head_dim 64, S = 8192 and 16384, bench_ws_causal.py), which still chose 32x128/w4/s3
     "bwd_dkdv": [(64, 128, 4, 2, True),
                  (64, 128, 8, 2), (32, 128, 4, 3), (32, 128, 8, 3), (64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
-    # dq: a fifth item True: the warp-specialized TMA dQ kernel, for Hopper, no causal mask, seq_q % 4 == 0
+    # dq: a fifth item True: the warp-specialized TMA dQ kernel, for Hopper, seq_q % 4 == 0 (causal: masked on every key tile)
     "bwd_dq": [(128, 64, 4, 2, True),
                (128, 64, 8, 3), (128, 64, 8, 2), (64, 64, 4, 2), (128, 128, 8, 2), (32, 64, 4, 2), (32, 32, 4, 1)],
     # the one-pass backward (KERNELS_FLASH_BACKWARD=one_pass): the dk/dv kernel adding dQ (on Hopper the TMA
@@ -735,18 +735,23 @@ def _flash_bwd_dq_tma_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_dom, stride_dod,
-    n_heads, seq_q, seq_k, sm_scale, qk_scale,
+    n_heads, seq_q, seq_k, sm_scale, qk_scale, lpt_group,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    EVEN_K: tl.constexpr,
+    EVEN_K: tl.constexpr, CAUSAL: tl.constexpr, LONGEST_FIRST: tl.constexpr,
 ):
-    # The dQ kernel on Hopper (a '/ws' tile, no causal mask): _flash_bwd_dq_kernel's arithmetic with every
-    # tile moved by TMA and the key loop warp-specialized (a producer warp group, two consumer groups
-    # splitting the queries); H200, head_dim 128: 5-7% faster than the pointer kernel (bench_dq_tma.py).
+    # The dQ kernel on Hopper (a '/ws' tile): _flash_bwd_dq_kernel's arithmetic with every tile moved by TMA
+    # and the key loop warp-specialized (a producer warp group, two consumer groups splitting the queries);
+    # H200, head_dim 128, no causal mask: 5-7% faster than the pointer kernel (bench_dq_tma.py). CAUSAL: the
+    # mask on every key tile (one loop: Triton specializes no more), rows counted from start_m as the
+    # forward counts them (_flash_fwd_tma_kernel), the longest tiles first (LONGEST_FIRST, lpt_group).
     # lse and delta come through 1-D descriptors over every head's rows: pointer loads of them do not
     # compile specialized (Triton 3.6 and 3.9), and a descriptor's start must be 16-byte aligned, so the
     # caller guarantees seq_q % 4 == 0 and fewer than 2^31 rows. A last tile's rows past seq_q read the next
     # head's values (or zeros): they reach only dQ rows that the descriptor's store does not write.
-    start_m, bh = _tile_and_head(seq_q, BLOCK_M)
+    if CAUSAL and LONGEST_FIRST:  # the last query tile sees the most keys
+        start_m, bh = _longest_tile_first(seq_q, lpt_group, BLOCK_M, True)
+    else:
+        start_m, bh = _tile_and_head(seq_q, BLOCK_M)
     b = (bh // n_heads).to(tl.int64)
     h = (bh % n_heads).to(tl.int64)
     q_desc = _head_rows(q_ptr, b, h, stride_qb, stride_qh, stride_qm, seq_q, HEAD_DIM, BLOCK_M, BLOCK_D)
@@ -762,12 +767,18 @@ def _flash_bwd_dq_tma_kernel(
     q = q_desc.load([start_m, 0])
     do = do_desc.load([start_m, 0])
     keys = tl.arange(0, BLOCK_N)  # counted from start_n, as _flash_bwd_tma_kernel counts them
+    rows = tl.arange(0, BLOCK_M)  # counted from start_m (the consumer groups split them)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for start_n in tl.range(0, seq_k, BLOCK_N, warp_specialize=True):
+    hi = seq_k
+    if CAUSAL:  # query i sees key j iff j <= i + seq_k - seq_q
+        hi = tl.maximum(tl.minimum(seq_k, start_m + BLOCK_M + seq_k - seq_q), 0)
+    for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=True):
         k = k_desc.load([start_n, 0])  # keys past seq_k arrive as zeros: their scores are not -inf
         v = v_desc.load([start_n, 0])
         p = tl.math.exp2(tl.dot(q, k.T) * qk_scale - lse[:, None])
-        if not EVEN_K:
+        if CAUSAL:  # no key test: a row below seq_q sees no key past seq_k (rows past it are not stored)
+            p = tl.where(keys[None, :] <= rows[:, None] + (start_m + seq_k - seq_q - start_n), p, 0.0)
+        elif not EVEN_K:
             p = tl.where(keys[None, :] < seq_k - start_n, p, 0.0)
         ds = p * (tl.dot(do, v.T) - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq)
@@ -976,10 +987,10 @@ class _Backward:
         self.tma = _tma_ready(q, k, v, do)
         kind = resolve_backward(kind, block_d, seq_k, causal, self.tma and _HAS_TMA_REDUCE, deterministic)
         self.kind, self.sm_scale, self.acc_shape = kind, sm_scale, (batch, heads, seq_q, block_d)
-        # the '/ws' dQ tiles: offered without a causal mask (the tuning key, so the same for every length of a
-        # bucket); their kernel runs where lse and delta can be addressed by descriptors (_flash_bwd_dq_tma_kernel),
+        # the '/ws' dQ tiles: offered where the inputs allow TMA (the tuning key, so the same for every length of
+        # a bucket); their kernel runs where lse and delta can be addressed by descriptors (_flash_bwd_dq_tma_kernel),
         # elsewhere the first pointer tile (a '/ws' tile's own sizes were never tuned for the pointer kernel)
-        ws_dq = ws and self.tma and not causal
+        ws_dq = ws and self.tma
         dq_tma = ws_dq and seq_q % 4 == 0 and batch * heads * seq_q < 2**31 and lse.data_ptr() % 16 == 0
         ws = ws and self.tma
 
@@ -1007,8 +1018,9 @@ class _Backward:
 
         def dq_of(tile: Tile) -> Prepared:
             if tile.ws and dq_tma:
-                return _prepare(_flash_bwd_dq_tma_kernel, _cdiv(seq_q, tile.block_m) * batch * heads, numbers,
-                                dict(HEAD_DIM=head_dim, BLOCK_D=block_d, EVEN_K=seq_k % tile.block_n == 0), tile)
+                return _prepare(_flash_bwd_dq_tma_kernel, _cdiv(seq_q, tile.block_m) * batch * heads, dq_numbers,
+                                dict(HEAD_DIM=head_dim, BLOCK_D=block_d, EVEN_K=seq_k % tile.block_n == 0, CAUSAL=causal,
+                                     LONGEST_FIRST=BWD_LONGEST_FIRST), tile)
             if tile.ws:
                 tile = _candidates("bwd_dq", block_d, q.dtype, False)[0]
             programs = _cdiv(seq_q, tile.block_m) * batch * heads

@@ -73,8 +73,9 @@ cases = [("_flash_fwd_tma_kernel", 5, t, dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=
 cases += [("_flash_bwd_tma_kernel", 9, t, dict(HEAD_DIM=128, BLOCK_D=128, CAUSAL=False, EVEN_Q=True, ADD_DQ=False,
                                                WS=True, PARTIAL=False, LONGEST_FIRST=False))
           for t in fa.candidates("bwd_dkdv", 128, 2, interpreter=False, tma=True) if t.ws]
-cases += [("_flash_bwd_dq_tma_kernel", 7, t, dict(HEAD_DIM=128, BLOCK_D=128, EVEN_K=True))
-          for t in fa.candidates("bwd_dq", 128, 2, interpreter=False, tma=True) if t.ws]
+cases += [("_flash_bwd_dq_tma_kernel", 7, t, dict(HEAD_DIM=128, BLOCK_D=128, EVEN_K=True, CAUSAL=causal,
+                                                  LONGEST_FIRST=True))
+          for t in fa.candidates("bwd_dq", 128, 2, interpreter=False, tma=True) if t.ws for causal in (False, True)]
 for kernel, n_ptr, tile, consts in cases:
     first = compiled(kernel, n_ptr, tile, consts)
     path = override(first)
@@ -96,7 +97,7 @@ def test_the_warp_specialized_kernels_compile_for_sm90_without_dead_barriers():
     done = subprocess.run([sys.executable, "-c", SNIPPET], env=env, capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-4000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(results) == 3
+    assert len(results) == 4  # fwd, dK/dV, dQ, causal dQ
     for r in results:
         assert r["overridden"] and r["clean"], r
         assert r["shared"][1] <= r["shared"][0] and r["inits"][1] < r["inits"][0], r

@@ -424,19 +424,23 @@ def test_the_causal_split_with_a_smaller_diagonal_tile_meets_the_rule(sq, sk, mo
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernel; on a GPU, test_flash_attention_gpu")
 @pytest.mark.parametrize("sq, sk, d, strided, causal", [(100, 70, 16, False, False), (64, 64, 16, True, False),
                                                         (4, 1, 16, False, False), (36, 50, 24, False, False),
-                                                        (99, 70, 16, False, False), (100, 70, 16, False, True)])
+                                                        (99, 70, 16, False, False), (100, 70, 16, False, True),
+                                                        (64, 100, 16, True, True), (36, 50, 24, False, True),
+                                                        (64, 64, 16, False, True), (4, 97, 16, False, True),
+                                                        (99, 70, 16, False, True)])
 def test_the_tma_dq_kernel_meets_the_rule_where_it_runs_and_is_not_used_elsewhere(sq, sk, d, strided, causal,
                                                                                   monkeypatch):
     """The '/ws' dQ kernel reads lse and delta through 1-D descriptors over every head's rows, whose starts
-    must be 16-byte aligned: it runs where seq_q % 4 == 0 without a causal mask (the last query tile's rows
-    past seq_q read the next head's values, and are not written), at lengths that leave keys past a tile,
-    one key, and a head dim below its block; elsewhere (seq_q % 4 != 0, causal) the pointer kernel runs."""
+    must be 16-byte aligned: it runs where seq_q % 4 == 0, causal or not (the last query tile's rows past
+    seq_q read the next head's values, and are not written; causal: rows that see no key, the mask on every
+    key tile, the longest tiles first), at lengths that leave keys past a tile, one key, and a head dim below
+    its block; elsewhere (seq_q % 4 != 0) the pointer kernel runs."""
     from kernels import _flash_attention as fa
 
     with tma_in_the_interpreter(monkeypatch, bwd_dq="32x32/w4/s1/ws") as used:
         check(*qkv(2, 3, sq, sk, d, torch.float16, strided), causal, torch.float16)
     dq = {kernel for kernel, _ in used if kernel in (fa._flash_bwd_dq_tma_kernel, fa._flash_bwd_dq_kernel)}
-    assert dq == {fa._flash_bwd_dq_tma_kernel if sq % 4 == 0 and not causal else fa._flash_bwd_dq_kernel}
+    assert dq == {fa._flash_bwd_dq_tma_kernel if sq % 4 == 0 else fa._flash_bwd_dq_kernel}
 
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")

@@ -132,13 +132,14 @@ def test_the_warp_specialized_dkdv_tiles_compile_within_hopper_shared_memory(cau
 
 
 def test_the_warp_specialized_dq_tiles_compile_within_hopper_shared_memory():
-    """Every '/ws' dQ candidate at head_dim 128 (it runs without a causal mask only), with and without the
-    keys' mask (EVEN_K)."""
+    """Every '/ws' dQ candidate at head_dim 128, with and without the keys' mask (EVEN_K), and under a
+    causal mask."""
     tiles = [t for t in fa.candidates("bwd_dq", 128, 2, interpreter=False, tma=True) if t.ws]
     types = arg_types("_flash_bwd_dq_tma_kernel", 7, "bf16")
-    assert_all_fit({f"{t} EVEN_K={even_k}": fit_request("_flash_bwd_dq_tma_kernel", types, t,
-                                                        dict(HEAD_DIM=128, BLOCK_D=128, EVEN_K=even_k))
-                    for t in tiles for even_k in (False, True)})
+    assert_all_fit({f"{t} EVEN_K={even_k} CAUSAL={causal}": fit_request(
+        "_flash_bwd_dq_tma_kernel", types, t, dict(HEAD_DIM=128, BLOCK_D=128, EVEN_K=even_k, CAUSAL=causal,
+                                                   LONGEST_FIRST=True))
+        for t in tiles for even_k in (False, True) for causal in (False, True)})
 
 
 def test_the_wide_softmax_forwards_compile_with_and_without_masks():

@@ -41,7 +41,7 @@ from kernels._triton import triton
 
 POINTER_TILES = ["128x64/w8/s3", "64x64/w4/s2"]  # the committed dQ tiles at head_dim 128 and 64
 TILES = ["128x64/w4/s2/ws", "128x64/w4/s3/ws", "128x128/w4/s2/ws"]  # the kernel is always warp-specialized
-INTEGERS = ("n_heads", "seq_q", "seq_k")
+INTEGERS = ("n_heads", "seq_q", "seq_k", "lpt_group")
 KERNEL = "_flash_bwd_dq_tma_kernel"
 
 
@@ -54,7 +54,8 @@ def compile_only() -> None:
         t = Tile.parse(text)
         try:
             c = compile_in_process(fa.__name__, KERNEL, types,
-                                   dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=t.block_m, BLOCK_N=t.block_n, EVEN_K=True),
+                                   dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=t.block_m, BLOCK_N=t.block_n, EVEN_K=True,
+                                        CAUSAL=False, LONGEST_FIRST=True),
                                    t.warps, t.stages)
             print(text, "shared", c.metadata.shared, "warps", c.metadata.num_warps, flush=True)
         except Exception as e:  # noqa: BLE001
@@ -82,8 +83,9 @@ def main() -> None:
             if kind == "pointer":
                 prep = fa._prepare(fa._flash_bwd_dq_kernel, grid, (*numbers, group), {**consts, "LONGEST_FIRST": True}, t)
             else:
-                prep = fa._prepare(getattr(fa, KERNEL), grid, numbers,
-                                   dict(HEAD_DIM=d, BLOCK_D=d, EVEN_K=seq % t.block_n == 0), t)
+                prep = fa._prepare(getattr(fa, KERNEL), grid, (*numbers, group),
+                                   dict(HEAD_DIM=d, BLOCK_D=d, EVEN_K=seq % t.block_n == 0, CAUSAL=causal,
+                                        LONGEST_FIRST=True), t)
             name = f"{kind} {text}"
             out = torch.full_like(q, float("nan"))
             try:

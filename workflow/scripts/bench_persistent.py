@@ -1,9 +1,9 @@
 """The forms of flash_attention that are off by default (the one-pass or the two-pass backward at every
-shape, where the default picks one per shape; '/ws' dK/dV tiles at head_dim 64;
-the causal persistent forward's tile loop pipelined) and the default without two
-of its choices (the '/ws/masked' tiles, which the tuner weighs against the split at the diagonal under a
-causal mask; BWD_LONGEST_FIRST) beside the default (GPU only, Hopper; not part of the pipeline). Its
-figures are in tune_flash.py's docstring.
+shape, where the default picks one per shape; '/ws' dK/dV tiles at head_dim 64; the causal persistent
+forward's tile loop pipelined; other sizes of the longest-first groups; the pointer dQ kernel alone) and the
+default without two of its choices (the '/ws/masked' tiles, which the tuner weighs against the split at the
+diagonal under a causal mask; BWD_LONGEST_FIRST) beside the default (GPU only, Hopper; not part of the
+pipeline). Its figures are in tune_flash.py's docstring.
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_persistent.py out.csv [setting ...]
 
@@ -39,6 +39,7 @@ SETTINGS = {  # name -> module attributes (BACKWARD: the backward, as KERNELS_FL
     "lpt_8mb": {"LPT_GROUP_BYTES": 8 * 2**20},
     "lpt_64mb": {"LPT_GROUP_BYTES": 64 * 2**20},
     "ws64_dkdv": {"BACKWARD": "two_pass", "WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (64, 128)}},
+    "no_ws_dq": {"WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (128,), "bwd_dq": ()}},  # the pointer dQ kernel only
     # the persistent '/ws' forward's next query tile loaded early under a causal mask too (head-dim blocks <= 64;
     # causal programs run several tiles since the tenth round, and 2 stages paid +3-6% without the mask)
     "causal_stages2": {"tile_stages": lambda block_d, causal: 2 if block_d <= 64 else 1},
