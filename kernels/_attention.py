@@ -128,6 +128,11 @@ def _padded(t: torch.Tensor, pad: int) -> torch.Tensor:
 
 def launch_config(n_k: int, head_dim: int, block_q: int = 16) -> dict:
     """The block sizes `attention` launches with for n_k keys of width head_dim."""
+    n_k, head_dim = _checks.integer(n_k, "n_k"), _checks.integer(head_dim, "head_dim")
+    for name, value in (("n_k", n_k), ("head_dim", head_dim)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+    block_q = _checks.block_size(block_q, "block_q")
     return dict(BLOCK_Q=block_q, BLOCK_K=max(MIN_DOT, triton.next_power_of_2(n_k)),
                 BLOCK_V=max(MIN_DOT, triton.next_power_of_2(head_dim)))
 

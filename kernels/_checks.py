@@ -52,9 +52,8 @@ def same(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor, *, shape: b
 
 
 def block_size(value, name: str = "block_size", smallest: int = 1, largest: int = 2**17) -> int:
-    """A block size: an int (not a bool), a power of two in [smallest, largest]."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r}")
+    """A block size: a Python or NumPy int (not a bool), a power of two in [smallest, largest], as an int."""
+    value = integer(value, name)
     if not smallest <= value <= largest or value & (value - 1):
         raise ValueError(f"{name} must be a power of two in [{smallest}, {largest}], got {value}")
     return value
@@ -132,7 +131,7 @@ def output(out: torch.Tensor, name: str = "out", **inputs: torch.Tensor) -> None
                          f"location (shape {tuple(out.shape)}, strides {out.stride()}); pass a tensor that does "
                          f"not, e.g. {name}.clone()")
     for other, t in inputs.items():
-        if _span_overlap(out, t) and not (out.data_ptr() == t.data_ptr() and out.shape == t.shape
+        if spans_overlap(out, t) and not (out.data_ptr() == t.data_ptr() and out.shape == t.shape
                                           and out.stride() == t.stride()):
             raise ValueError(f"{name} overlaps {other} in memory with a different layout (offset, shape or "
                              f"strides): pass {other} itself for in-place use, or a tensor of its own")
@@ -177,7 +176,7 @@ def internal_overlap(t: torch.Tensor) -> bool | None:
     return offsets.unique().numel() < t.numel()
 
 
-def _span_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+def spans_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Do the memory ranges a and b reach (first to last element) intersect?"""
     if not a.numel() or not b.numel() or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
         return False

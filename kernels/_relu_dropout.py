@@ -93,7 +93,7 @@ def relu_dropout(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -
     A NaN survives relu (as in torch) and is NaN if kept, 0 if dropped. Differentiable to any order: the
     backward saves x, not a mask, and draws the mask again from the seed. Works inside torch.compile
     (first-order gradients there)."""
-    p, seed = _check_args(x, p, seed, block_size)
+    p, seed, block_size = _check_args(x, p, seed, block_size)
     if torch.compiler.is_compiling():
         return _relu_dropout_op(x, p, seed, block_size)
     if torch.is_grad_enabled() and x.requires_grad:
@@ -105,7 +105,7 @@ def relu_dropout_backward(dy: torch.Tensor, x: torch.Tensor, p: float, seed: int
                           block_size: int = 1024) -> torch.Tensor:
     """The gradient of relu_dropout(x, p, seed) for the output gradient dy (any block_size: the mask is
     a function of the element index alone). Differentiable in dy; its gradient in x is zero where defined."""
-    p, seed = _check_args(x, p, seed, block_size)
+    p, seed, block_size = _check_args(x, p, seed, block_size)
     _checks.tensor(dy, "dy")
     _checks.same("dy", dy, "x", x)
     if torch.compiler.is_compiling():
@@ -214,21 +214,22 @@ def relu_dropout_writeup(x: torch.Tensor, p: float, seed: int, block_size: int =
     same contract as relu_dropout otherwise. Not differentiable: an input that requires grad
     is refused (RuntimeError). Inside torch.compile it runs eagerly (a graph break, so fullgraph=True
     refuses it)."""
-    p, seed = _check_args(x, p, seed, block_size)
+    p, seed, block_size = _check_args(x, p, seed, block_size)
     _checks.forward_only("relu_dropout_writeup", x=x)
     return _launch(_relu_dropout_writeup_kernel, x, p, seed, block_size)
 
 
-def _check_args(x: torch.Tensor, p: float, seed: int, block_size: int) -> tuple[float, int]:
-    """Check the arguments; return p and seed as a Python float and int (they may come as NumPy scalars)."""
+def _check_args(x: torch.Tensor, p: float, seed: int, block_size: int) -> tuple[float, int, int]:
+    """Check the arguments; return p, seed and block_size as a Python float and ints (they may come as
+    NumPy scalars)."""
     _checks.tensor(x, "x")
     p, seed = _checks.real(p, "p"), _checks.integer(seed, "seed")
     if not 0.0 <= p < 1.0:  # NaN fails too
         raise ValueError(f"p must be in [0, 1), got {p!r}")
     if not 0 <= seed < 2**63:  # int64, as torch.compile's custom ops take it; Philox keys on all 64 bits
         raise ValueError(f"seed must be in [0, 2**63), got {seed!r}")
-    _checks.block_size(block_size, smallest=4)  # the improved kernel draws four numbers per Philox call
-    return p, seed
+    block_size = _checks.block_size(block_size, smallest=4)  # the improved kernel draws four numbers per Philox call
+    return p, seed, block_size
 
 
 @serialized

@@ -718,21 +718,27 @@ def softmax(x: torch.Tensor, block_size: int | None = None, *, out: torch.Tensor
     (first-order gradients run in Triton; under create_graph=True the backward runs in torch ops).
 
     An explicit block_size runs the writeup's kernel with that block (``softmax_writeup``), so
-    block_size=1024 is the writeup's bug, and it is forward only. Works inside torch.compile (without
-    block_size or out; first-order gradients there). ``out`` (optional) receives the result;
-    it may be x itself (in place), but not a tensor with internal overlap or one that overlaps x otherwise.
+    block_size=1024 is the writeup's bug, and it is forward only. Works inside torch.compile (first-order
+    gradients there; with block_size or out it runs eagerly: a graph break, so fullgraph=True refuses it).
+    ``out`` (optional) receives the result; it may be x itself (in place), but not a tensor with internal
+    overlap or one that overlaps x otherwise, and not when x requires grad.
     """
     if block_size is not None:
         return softmax_writeup(x, block_size, out=out)
     _checks.tensor(x, "x", ndim=2)
+    if out is not None:
+        return _softmax_into(x, out)
     if torch.compiler.is_compiling():
-        if out is not None:
-            raise ValueError("softmax(out=...) is not supported inside torch.compile: use its result")
         return _softmax_op(x)
     if torch.is_grad_enabled() and x.requires_grad:
-        if out is not None:
-            raise ValueError("out= cannot be used when x requires grad")
         return _Softmax.apply(x)
+    return _forward(x, _out(x, None))
+
+
+@torch.compiler.disable  # it writes a tensor the graph does not own, and Dynamo cannot trace Triton's launcher
+def _softmax_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    if torch.is_grad_enabled() and x.requires_grad:
+        raise ValueError("out= cannot be used when x requires grad")
     return _forward(x, _out(x, out))
 
 

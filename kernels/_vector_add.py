@@ -58,7 +58,7 @@ def _add(kernel, x, y, block_size):
     _checks.tensor(x, "x", dtypes=DTYPES)
     _checks.tensor(y, "y", dtypes=DTYPES)
     _checks.same("x", x, "y", y)
-    _checks.block_size(block_size)
+    block_size = _checks.block_size(block_size)
     if torch.compiler.is_compiling() and kernel is _vector_add_kernel:
         return _vector_add_op(x, y, block_size)
     if torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
@@ -115,10 +115,11 @@ def _vector_add_unmasked_kernel(x_ptr, y_ptr, out_ptr, BLOCK_SIZE: tl.constexpr)
 def vector_add_unmasked(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, block_size: int = 1024) -> None:
     """The add kernel with its mask removed, to show what the mask prevents (claim 14): the last block
     reads and writes up to ``block_size - 1`` elements past the end of x, y and out. Memory safe only
-    when the three are views into buffers with at least that much room after them; this function checks
-    that they are, and is not for computing anything (nor differentiable: inputs that require grad are
-    refused). Inside torch.compile it runs eagerly (a graph break, so fullgraph=True refuses it)."""
-    _checks.block_size(block_size)
+    when the three are views into buffers with at least that much room after them, and out's room is not
+    x's or y's; this function checks that they are, and is not for computing anything (nor
+    differentiable: inputs that require grad are refused). Inside torch.compile it runs eagerly (a
+    graph break, so fullgraph=True refuses it)."""
+    block_size = _checks.block_size(block_size)
     for name, t in (("x", x), ("y", y), ("out", out)):
         _checks.tensor(t, name, ndim=1, dtypes=DTYPES)
         _checks.same("x", x, name, t)
@@ -127,6 +128,13 @@ def vector_add_unmasked(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, blo
             raise ValueError(f"{name} must be a contiguous view with room for whole blocks of {block_size} "
                              f"after it: {room} elements of storage for {t.numel()}")
     _checks.output(out, "out", x=x, y=y)
+    # The last block's store runs past out's end: onto an input there (in the same buffer), it would
+    # change what other blocks read.
+    written = out.as_strided((triton.cdiv(out.numel(), block_size) * block_size,), (1,))
+    for name, t in (("x", x), ("y", y)):
+        if t.data_ptr() != out.data_ptr() and _checks.spans_overlap(written, t):
+            raise ValueError(f"out's last block writes {written.numel() - out.numel()} elements past its end, "
+                             f"onto {name}: pass an out with room of its own after it")
     _checks.forward_only("vector_add_unmasked", x=x, y=y, out=out)
     if out.numel():
         _vector_add_unmasked_kernel[(triton.cdiv(out.numel(), block_size),)](x, y, out, BLOCK_SIZE=block_size)

@@ -51,6 +51,9 @@ BAD = [
     (lambda: attention(randn(5, 32), randn(15, 16), randn(15, 16)), ValueError, "head dimension"),
     (lambda: attention(randn(5, 32), randn(0, 32), randn(0, 32)), ValueError, "k (and v) must have at least one key"),
     (lambda: attention(randn(5, 32), randn(15, 32), randn(14, 32)), ValueError, "k and v have different shapes"),
+    (lambda: kernels.launch_config(0, 32), ValueError, "n_k"),
+    (lambda: kernels.launch_config(8, -3), ValueError, "head_dim"),
+    (lambda: kernels.launch_config(8, 32, block_q=12), ValueError, "block_q"),
     # flash_attention
     (lambda: flash_attention(*qkv(k=(1, 2, 8, 16))), ValueError, "head_dim"),
     (lambda: flash_attention(*qkv(q=(1, 1, 8, 0), k=(1, 1, 8, 0))), ValueError, "head_dim"),
@@ -263,6 +266,18 @@ def test_vector_add_unmasked_refuses_an_out_overlapping_its_inputs():
     torch.testing.assert_close(x, want)
 
 
+def test_vector_add_unmasked_refuses_an_out_whose_last_block_runs_onto_an_input():
+    """out's elements miss x, but the 3 its last block writes past them would land on x (a block of 8 for 5)."""
+    buf = randn(64)
+    out, x, y = buf[:5], buf[5:10], randn(16)[:5]
+    before = x.clone()
+    with pytest.raises(ValueError, match="past its end, onto x"):
+        vector_add_unmasked(x, y, out, block_size=8)
+    torch.testing.assert_close(x, before)
+    vector_add_unmasked(x, y, buf[16:21], block_size=8)  # room of its own after it
+    torch.testing.assert_close(buf[16:21], x + y)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Scalars from NumPy and torch: a valid value of a NumPy number type is accepted (as its Python value);
 # a tensor, a bool or a string is refused for its type (TypeError), never as "out of range".
@@ -271,10 +286,13 @@ SCALARS = {
     "p": lambda value: relu_dropout(randn(64), value, 3),
     "seed": lambda value: relu_dropout(randn(64), 0.5, value),
     "sm_scale": lambda value: flash_attention(*qkv(), sm_scale=value),
+    "block_size": lambda value: vector_add(randn(64), randn(64, seed=1), block_size=value)
+    + relu_dropout(randn(64), 0.5, 3, block_size=value) + softmax(randn(2, 32), block_size=value).flatten(),
 }
 VALID = {"p": [np.float32(0.5), np.float64(0.5), np.float16(0.25)],
          "seed": [np.int32(3), np.int64(2**31 - 1), np.uint8(3)],
-         "sm_scale": [np.float32(0.25), np.float64(0.25), np.int64(1)]}
+         "sm_scale": [np.float32(0.25), np.float64(0.25), np.int64(1)],
+         "block_size": [np.int64(64), np.int32(32), np.uint16(128)]}
 WRONG_TYPE = [torch.tensor(0.5), torch.tensor(3), torch.tensor([0.5]), np.bool_(True), True, "0.5", None, [0.5]]
 
 

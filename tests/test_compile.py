@@ -27,6 +27,7 @@ EAGER = {  # run at a graph break
     "relu_dropout_writeup": (lambda x: kernels.relu_dropout_writeup(x, P, SEED), lambda: (randn(4, 40),)),
     "softmax_writeup": (kernels.softmax_writeup, lambda: (randn(4, 40),)),
     "softmax with a block_size": (lambda x: kernels.softmax(x, block_size=64), lambda: (randn(4, 40),)),
+    "softmax with out=": (lambda x: kernels.softmax(x, out=torch.empty_like(x)), lambda: (randn(4, 40),)),
     "attention": (kernels.attention, lambda: (randn(8, 16), randn(8, 16, seed=1), randn(8, 16, seed=2))),
     "attention_writeup": (kernels.attention_writeup,
                           lambda: (randn(8, 16), randn(8, 16, seed=1), randn(8, 16, seed=2))),
