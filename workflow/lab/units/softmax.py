@@ -110,7 +110,7 @@ def _against_torch(shapes, dtypes, seed: int, interpreter_max_cols: int | None =
                 x = randn([n_rows, n_cols], dtype_name, seed)
                 if direction == "forward":
                     ref, exact = (torch.softmax(x.to(t), dim=-1) for t in (torch.float32, torch.float64))
-                    diff = max_abs_diff(softmax(x), ref.to(x.dtype))  # softmax_ref(x)
+                    diff = max_abs_diff(softmax(x), ref.to(x.dtype))  # ref.to(x.dtype) is softmax_ref(x)
                 else:
                     y, dy = softmax_ref(x), randn([n_rows, n_cols], dtype_name, seed + 1)
                     ref, exact = (torch._softmax_backward_data(dy.to(t), y.to(t), -1, t) for t in (torch.float32, torch.float64))
@@ -128,9 +128,9 @@ BACKWARD_SLACK = 4
 def scaled_atol(dtype_name: str, direction: str, ref: torch.Tensor, exact: torch.Tensor) -> float:
     """The absolute tolerance of one case against ``ref`` (torch, computed in fp32): the dtype's, relative to
     the largest |value| of the reference (at most 1 in the forward), plus twice torch's own fp32 error against
-    ``exact`` (fp64). A wide row's values are tiny (~1/n_cols): against a fixed tolerance even zeros would pass; and its
-    sum runs over up to millions of fp32 terms, which costs torch itself ~1e-6 of the largest value, the
-    fp32 tolerance (so the kernel may be off by as much again, the other way)."""
+    ``exact`` (fp64). A wide row's values are tiny (~1/n_cols): against a fixed tolerance even zeros would
+    pass. And its sum runs over up to millions of fp32 terms, which costs torch itself ~1e-6 of the largest
+    value, the fp32 tolerance: the kernel may be off by as much again, the other way."""
     scale = ref.abs().max().item() if ref.numel() else 1.0
     own = max_abs_diff(ref, exact)
     return softmax_atol(dtype_name) * (1 if direction == "forward" else BACKWARD_SLACK) * scale + 2 * own
