@@ -109,11 +109,11 @@ def _against_torch(shapes, dtypes, seed: int, interpreter_max_cols: int | None =
                     continue
                 x = randn([n_rows, n_cols], dtype_name, seed)
                 if direction == "forward":
-                    ref, exact = (torch.softmax(x.to(t), dim=-1) for t in (torch.float32, torch.float64))
+                    ref, exact = _references(x)
                     diff = max_abs_diff(softmax(x), ref.to(x.dtype))  # ref.to(x.dtype) is softmax_ref(x)
                 else:
                     y, dy = softmax_ref(x), randn([n_rows, n_cols], dtype_name, seed + 1)
-                    ref, exact = (torch._softmax_backward_data(dy.to(t), y.to(t), -1, t) for t in (torch.float32, torch.float64))
+                    ref, exact = _references(y, dy)
                     diff = max_abs_diff(softmax_backward(y, dy), ref)
                 params["atol"] = scaled_atol(dtype_name, direction, ref, exact)
                 rows.append(row("max_abs_diff", diff, **params))
@@ -123,6 +123,13 @@ def _against_torch(shapes, dtypes, seed: int, interpreter_max_cols: int | None =
 
 # dx = y * (dy - sum(y * dy)) rounds a difference of two terms: its tolerance is a few times the forward's
 BACKWARD_SLACK = 4
+
+
+def _references(y: torch.Tensor, dy: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch's softmax of y (or, given dy, its backward) computed in fp32, the reference, and in fp64 (exact)."""
+    def at(t):
+        return torch.softmax(y.to(t), dim=-1) if dy is None else torch._softmax_backward_data(dy.to(t), y.to(t), -1, t)
+    return at(torch.float32), at(torch.float64)
 
 
 def scaled_atol(dtype_name: str, direction: str, ref: torch.Tensor, exact: torch.Tensor) -> float:
@@ -214,14 +221,14 @@ def _probe(provider: str, n_rows: int, n_cols: int, dtype_name: str, seed: int) 
     torch.cuda.synchronize()
     middle = 2**31 // n_cols
     picks = [slice(0, 4), slice(max(0, middle - 2), middle + 2), slice(n_rows - 4, n_rows)]
-    refs = [(torch.softmax(x[r].float(), -1), torch.softmax(x[r].double(), -1)) for r in picks]  # fp32, fp64
+    refs = [_references(x[r]) for r in picks]
     result = [dict(metric="max_abs_diff", value=max(max_abs_diff(y[r], ref.to(x.dtype)) for r, (ref, _) in zip(picks, refs)),
                    tolerance=min(scaled_atol(dtype_name, "forward", *ref) for ref in refs))]
     if provider == FUSED:
         dy = torch.ones_like(x)
         dy[-4:] = randn([4, n_cols], dtype_name, seed + 1)
         dx = softmax_backward(y, dy)
-        ref, exact = (torch._softmax_backward_data(dy[-4:].to(t), y[-4:].to(t), -1, t) for t in (torch.float32, torch.float64))
+        ref, exact = _references(y[-4:], dy[-4:])
         result.append(dict(metric="backward_max_abs_diff", value=max_abs_diff(dx[-4:], ref),
                            tolerance=scaled_atol(dtype_name, "backward", ref, exact)))
     return result
