@@ -91,10 +91,11 @@ DIAGONAL_DKDV = (8, 2)
 # kernels across all heads on the H200: dK/dV 8% faster at head_dim 64, S = 4096; dQ 2% at head_dim 128;
 # tune_flash.py, eleventh round).
 BWD_LONGEST_FIRST = True
-# Causal kernels take their tiles longest first in groups of heads whose streamed tensors (K and V for the
-# forward and dQ, Q and dO for dK/dV) fill at most this many bytes, so that the programs running at once share
-# them in L2 (the H200 has 60 MB); 0: one group of every head (longest first over the whole grid). As
-# FlashAttention-3's longest-first scheduler groups heads (40 MB sections, a power of two of heads). To measure.
+# The causal backward's kernels take their tiles longest first in groups of heads whose streamed tensors (K and
+# V for dQ, Q and dO for dK/dV) fill at most this many bytes, so that the programs running at once share them in
+# L2 (the H200 has 60 MB); 0: one group of every head (longest first over the whole grid). As FlashAttention-3's
+# longest-first scheduler groups heads (40 MB sections, a power of two of heads). The forward runs one group
+# (see _Forward). Measured on an H100 (tune_flash.py, twentieth round).
 LPT_GROUP_BYTES = 32 * 2**20
 SHARED_BUDGET = 180 * 1024  # of Hopper's 227 KiB per block, leaving room for what the estimate omits
 WS_BUDGET = 220 * 1024  # the '/ws' kernels' estimates are close to what they allocate
@@ -985,7 +986,7 @@ class _Backward:
         # on Hopper, for inputs TMA can address: the one-pass backward's kernel, and the two-pass backward's
         # warp-specialized dK/dV kernel for '/ws' tiles (a '/ws' tile elsewhere runs its sizes in the pointer kernel)
         self.tma = _tma_ready(q, k, v, do)
-        kind = resolve_backward(kind, block_d, seq_k, causal, self.tma and _HAS_TMA_REDUCE, deterministic)
+        kind = resolve_backward(kind, block_d, seq_q, seq_k, causal, self.tma and _HAS_TMA_REDUCE, deterministic)
         self.kind, self.sm_scale, self.acc_shape = kind, sm_scale, (batch, heads, seq_q, block_d)
         # the '/ws' dQ tiles: offered where the inputs allow TMA (the tuning key, so the same for every length of
         # a bucket); their kernel runs where lse and delta can be addressed by descriptors (_flash_bwd_dq_tma_kernel),
@@ -1161,10 +1162,12 @@ BACKWARD_ENV = "KERNELS_FLASH_BACKWARD"
 BACKWARDS = ("auto", "two_pass", "one_pass")
 BACKWARD_KERNELS = ("bwd_dkdv", "bwd_dq", "bwd_one_pass")
 # Where 'auto' takes the one-pass backward: Hopper's TMA kernel for it, head-dim blocks in ONE_PASS_HEAD_DIMS,
-# at least ONE_PASS_MIN_KEYS keys, no causal mask; there it beat the two-pass backward on the H200 (tune_flash.py,
-# tenth round; +6.5% at 4096 keys, +10% at 16384 on an H100), elsewhere lost (-3% at 1024 keys on the H100).
+# query and key lengths both in a bucket of at least ONE_PASS_MIN_BUCKET (tiles are tuned per bucket, so the
+# choice must be the same across one), no causal mask; there it beat the two-pass backward (tune_flash.py, tenth
+# round), elsewhere lost (-3% at 1024 keys on an H100). It was measured at equal lengths only: fewer queries
+# than that leave many key blocks adding into the same few dQ tiles, so those stay two_pass.
 ONE_PASS_HEAD_DIMS = (64,)
-ONE_PASS_MIN_KEYS = 2048
+ONE_PASS_MIN_BUCKET = 4096
 WS_ENV = "KERNELS_FLASH_WS"
 
 
@@ -1193,14 +1196,15 @@ def backward_kind() -> str:
     return kind
 
 
-def resolve_backward(kind: str, block_d: int, seq_k: int, causal: bool, tma_reduce: bool,
+def resolve_backward(kind: str, block_d: int, seq_q: int, seq_k: int, causal: bool, tma_reduce: bool,
                      deterministic: bool) -> str:
     """The backward that runs. 'auto' is 'one_pass' where it was measured faster (ONE_PASS_HEAD_DIMS,
-    ONE_PASS_MIN_KEYS, no causal mask, its TMA kernel: ``tma_reduce``) unless torch's deterministic mode is on
+    ONE_PASS_MIN_BUCKET, no causal mask, its TMA kernel: ``tma_reduce``) unless torch's deterministic mode is on
     (torch.use_deterministic_algorithms), else 'two_pass'. An explicit 'one_pass' in deterministic mode
     raises RuntimeError (a warning under warn_only), as torch's own nondeterministic operations do."""
     if kind == "auto":
-        fast = block_d in ONE_PASS_HEAD_DIMS and seq_k >= ONE_PASS_MIN_KEYS and not causal and tma_reduce
+        long = bucket(min(seq_q, seq_k)) >= ONE_PASS_MIN_BUCKET
+        fast = block_d in ONE_PASS_HEAD_DIMS and long and not causal and tma_reduce
         return "one_pass" if fast and not deterministic else "two_pass"
     if kind == "one_pass" and deterministic:
         message = (f"flash_attention's one-pass backward ({BACKWARD_ENV}=one_pass) adds dQ with atomics and is "

@@ -260,20 +260,23 @@ def test_one_pass_backward_meets_the_rule_and_matches_the_two_pass_one(sq, sk, d
         torch.testing.assert_close(a, b, atol=2e-3, rtol=0, msg=name)
 
 
-@pytest.mark.parametrize("block_d, seq_k, causal, tma, deterministic, runs", [
-    (64, 4096, False, True, False, "one_pass"),  # where the one-pass backward was measured faster
-    (64, fa.ONE_PASS_MIN_KEYS, False, True, False, "one_pass"),
-    (64, fa.ONE_PASS_MIN_KEYS - 1, False, True, False, "two_pass"),  # too few keys: one_pass lost there
-    (64, 4096, False, True, True, "two_pass"),  # torch's deterministic mode
-    (64, 4096, True, True, False, "two_pass"), (128, 4096, False, True, False, "two_pass"),
-    (32, 4096, False, True, False, "two_pass"),
-    (64, 4096, False, False, False, "two_pass"),  # no TMA kernel for these inputs (or no GPU): atomics were slower
+@pytest.mark.parametrize("block_d, seq_q, seq_k, causal, tma, deterministic, runs", [
+    (64, 4096, 4096, False, True, False, "one_pass"),  # where the one-pass backward was measured faster
+    (64, 2049, 3000, False, True, False, "one_pass"),  # the same buckets as 4096: the same choice
+    (64, 2048, 2048, False, True, False, "two_pass"),  # a bucket where it was not measured faster
+    (64, 1024, 1024, False, True, False, "two_pass"),  # measured slower there
+    (64, 16, 4096, False, True, False, "two_pass"),  # few queries: every key block adds into one dQ tile
+    (64, 4096, 2048, False, True, False, "two_pass"),
+    (64, 4096, 4096, False, True, True, "two_pass"),  # torch's deterministic mode
+    (64, 4096, 4096, True, True, False, "two_pass"), (128, 4096, 4096, False, True, False, "two_pass"),
+    (32, 4096, 4096, False, True, False, "two_pass"),
+    (64, 4096, 4096, False, False, False, "two_pass"),  # no TMA kernel for these inputs (or no GPU): atomics were slower
 ])
-def test_the_default_backward_is_one_pass_only_where_it_was_measured_faster(block_d, seq_k, causal, tma,
+def test_the_default_backward_is_one_pass_only_where_it_was_measured_faster(block_d, seq_q, seq_k, causal, tma,
                                                                             deterministic, runs):
-    assert fa.resolve_backward("auto", block_d, seq_k, causal, tma, deterministic) == runs
+    assert fa.resolve_backward("auto", block_d, seq_q, seq_k, causal, tma, deterministic) == runs
     for kind in ("two_pass", "one_pass"):  # asked for by name: that one, whatever the shape
-        assert fa.resolve_backward(kind, block_d, seq_k, causal, tma, False) == kind
+        assert fa.resolve_backward(kind, block_d, seq_q, seq_k, causal, tma, False) == kind
 
 
 @pytest.fixture
@@ -560,9 +563,9 @@ def test_the_masked_tma_kernels_meet_the_rule(sq, sk, d, ws_masked):
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the TMA kernels; on a GPU, test_flash_attention_gpu")
 @pytest.mark.parametrize("group_bytes", [1, 102400], ids=["a-head-a-group", "four-heads-a-group"])
 def test_the_masked_tma_kernels_longest_first_in_groups_of_heads_meet_the_rule(group_bytes, ws_masked, monkeypatch):
-    """The persistent TMA forward and the TMA dK/dV kernel, causal, with their longest-first order in groups
-    of heads (LPT_GROUP_BYTES; 102400 bytes: four heads of 100 fp16 rows of 64, so groups of 4 and 2 of the 6
-    heads; the persistent forward's 3 programs run rounds across groups)."""
+    """The persistent TMA forward (longest first, one group of every head) and the TMA dK/dV kernel, causal,
+    its longest-first order in groups of heads (LPT_GROUP_BYTES; 102400 bytes: four heads of 100 fp16 rows of
+    64, so groups of 4 and 2 of the 6 heads)."""
     monkeypatch.setattr(fa, "LPT_GROUP_BYTES", group_bytes)
     check(*qkv(2, 3, 100, 100, 64, torch.float16), True, torch.float16)
 

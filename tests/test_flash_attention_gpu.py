@@ -248,7 +248,7 @@ def test_the_tma_kernel_is_not_used_at_a_head_dim_of_32_or_on_unaligned_rows():
 def test_deterministic_mode_gives_the_same_bits_and_the_default_agrees_with_it(causal, d, monkeypatch):
     """Under torch.use_deterministic_algorithms(True) the backward is two_pass (each kernel owns what it
     writes): the same bits every run. The default agrees with it, and on Hopper runs one_pass (atomics) where
-    it was measured faster (fa.ONE_PASS_HEAD_DIMS, fa.ONE_PASS_MIN_KEYS, no causal mask), two_pass elsewhere."""
+    it was measured faster (fa.ONE_PASS_HEAD_DIMS, fa.ONE_PASS_MIN_BUCKET, no causal mask), two_pass elsewhere."""
     q, k, v = qkv(b=2, h=4, s=2100, d=d)
     do = torch.randn_like(q)
     run = lambda: grads(lambda *t: flash_attention(*t, causal=causal), q, k, v, do)  # noqa: E731
@@ -261,8 +261,8 @@ def test_deterministic_mode_gives_the_same_bits_and_the_default_agrees_with_it(c
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     default = run()
-    one_pass = (HOPPER and fa._HAS_TMA_REDUCE and fa.bucket(d) in fa.ONE_PASS_HEAD_DIMS and 2100 >= fa.ONE_PASS_MIN_KEYS
-                and not causal)
+    one_pass = (HOPPER and fa._HAS_TMA_REDUCE and fa.bucket(d) in fa.ONE_PASS_HEAD_DIMS
+                and fa.bucket(2100) >= fa.ONE_PASS_MIN_BUCKET and not causal)
     assert bool(fa.tiles_in_use()["bwd_one_pass"]) == one_pass
     for name, a, b in zip(("out", "dq", "dk", "dv"), default, first):
         torch.testing.assert_close(a.float(), b.float(), atol=2e-2, rtol=2e-2, msg=name)

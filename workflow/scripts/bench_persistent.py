@@ -38,7 +38,7 @@ SETTINGS = {  # name -> module attributes (BACKWARD: the backward, as KERNELS_FL
     "lpt_one_group": {"LPT_GROUP_BYTES": 0},  # longest first over every head at once (before LPT_GROUP_BYTES)
     "lpt_8mb": {"LPT_GROUP_BYTES": 8 * 2**20},
     "lpt_64mb": {"LPT_GROUP_BYTES": 64 * 2**20},
-    "ws64_dkdv": {"BACKWARD": "two_pass", "WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (64, 128)}},
+    "ws64_dkdv": {"BACKWARD": "two_pass", "WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (64, 128), "bwd_dq": (128,)}},
     "no_ws_dq": {"WS_HEAD_DIMS": {"fwd": (64, 128), "bwd_dkdv": (128,), "bwd_dq": ()}},  # the pointer dQ kernel only
     # the persistent '/ws' forward's next query tile loaded early under a causal mask too (head-dim blocks <= 64;
     # causal programs run several tiles since the tenth round, and 2 stages paid +3-6% without the mask)

@@ -270,6 +270,15 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   8192 (the split's hand-over was the gap there), a tie at 16384. Head_dim 64 (dK/dV 32x128/w4/s3, dQ
   64x64/w4/s2; errors against fp64 as at 128): 64x64/w4/s2 392 / 335 and 403 / 357 against 388 / 338 and
   403 / 355 for the tile before; cuDNN 438 / 403 and 442 / 426.
+- twentieth round (bench_persistent.py, an H100 80GB HBM3: no H200 was lent; triton 3.6, bf16, B*S = 16384,
+  H = 16, forward + backward TFLOP/s; cuDNN moved up to 15% between settings there, so only the kernel's own
+  figures are compared). The one-pass backward against two_pass at head_dim 64 without a mask: S = 1024
+  245.4 vs 253.2 (-3%), 4096 352.3 vs 330.7 (+6.5%), 16384 401.4 vs 364.3 (+10%), errors against fp64
+  alike: kept as 'auto' from the 4096 bucket up (ONE_PASS_MIN_BUCKET; 2048 unmeasured). Causal, D = 128,
+  S = 4096 / 16384: the persistent forward in LPT groups of heads 445.0 / 503.9 against 495.2 / 558.5 in
+  one group, so the forward stays one group; forward + backward with the backward's kernels in groups 352.0
+  / 428.6 against 333.0 / 414.8 in one group, kept (LPT_GROUP_BYTES). The causal '/ws' dQ kernel against
+  the pointer dQ: 352.0 / 428.6 against 333.7 / 419.0 (+5.5% / +2.3%), D = 64 S = 4096 307.4 vs 306.7, kept.
 """
 from __future__ import annotations
 
