@@ -279,6 +279,13 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   one group, so the forward stays one group; forward + backward with the backward's kernels in groups 352.0
   / 428.6 against 333.0 / 414.8 in one group, kept (LPT_GROUP_BYTES). The causal '/ws' dQ kernel against
   the pointer dQ: 352.0 / 428.6 against 333.7 / 419.0 (+5.5% / +2.3%), D = 64 S = 4096 307.4 vs 306.7, kept.
+- twenty-first round, nothing to gain (no GPU needed): warp specialization of the persistent forward's tile
+  loop instead of its key loop (as upstream's Blackwell tutorial variant does, so that one tile's loads
+  overlap the last tile's epilogue). In a minimal persistent forward (descriptors, bf16, D = 128,
+  128x128/w4/s2, sm_90, causal or not), triton 3.6 makes the same TTGIR either way: the warp_specialize
+  region already spans the tile loop, its producer partition walking the tiles and their key tiles ahead
+  of the two consumer groups as far as the buffers allow. The short-sequence causal gap (S = 4096) is
+  not the producer's.
 """
 from __future__ import annotations
 
