@@ -284,8 +284,8 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   overlap the last tile's epilogue). In a minimal persistent forward (descriptors, bf16, D = 128,
   128x128/w4/s2, sm_90, causal or not), triton 3.6 makes the same TTGIR either way: the warp_specialize
   region already spans the tile loop, its producer partition walking the tiles and their key tiles ahead
-  of the two consumer groups as far as the buffers allow. The short-sequence causal gap (S = 4096) is
-  not the producer's.
+  of the two consumer groups as far as the buffers allow, so this cannot be what closes the causal gap
+  at S = 4096.
 """
 from __future__ import annotations
 
