@@ -2,6 +2,7 @@
 torch's own error at the same precision (plus eps). Small sizes: this runs in the interpreter."""
 import contextlib
 
+import pandas as pd
 import pytest
 import torch
 
@@ -321,6 +322,21 @@ def test_the_flex_attention_peer_computes_the_same_attention():
     q, k, v = [randn(1, 2, 128, 16, dtype=torch.float32, seed=i) for i in range(3)]
     out = _flex(q, k, v, True)()
     torch.testing.assert_close(out, flash_attention_ref(q, k, v, causal=True), atol=1e-5, rtol=0)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's rows; on a GPU the gpu_lengths run")
+def test_the_correctness_grid_marks_its_gpu_lengths_as_needing_a_gpu_in_the_interpreter():
+    """gpu_lengths (where Hopper's default backward takes its one-pass kernel) run on a GPU only: in the
+    interpreter each is a needs_gpu row that says why, and the other cases still run and pass."""
+    from lab.units.flash_attention import GPU_LENGTHS, correctness
+
+    s = dict(batch=1, heads=1, base_head_dim=16, base_lengths=[5, 9], lengths=[[7, 3]], gpu_lengths=[[2100, 4100]],
+             head_dims=[8], dtypes=["float16"], seed=0)
+    df = pd.DataFrame(correctness(s))
+    long = df[(df["seq_q"] == 2100) & (df["seq_k"] == 4100)]
+    assert len(long) == 2 and (long["status"] == "needs_gpu").all() and (long["error"] == GPU_LENGTHS).all()
+    ran = df[df["metric"] == "matches"]
+    assert len(ran) == 4 * 2 * 3 and ran["value"].astype(bool).all()  # (7x3, d=8, base, strided) x causal x out/dq/dk/dv
 
 
 def test_the_limits_probe_finds_every_head_that_is_not_finite():

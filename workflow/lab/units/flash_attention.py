@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # annotations only: pyplot is imported on first use (plots.li
     import matplotlib.pyplot as plt
 
 RUNG = 5  # the rung the writeup did not climb
+GPU_LENGTHS = "gpu_lengths run on a GPU only (minutes each in the interpreter, on the shorter lengths' path)"
 SCHEMA = yaml.safe_load("""
 correctness:
   batch: {$ref: "#/$defs/size"}
@@ -38,6 +39,13 @@ correctness:
   base_head_dim: {$ref: "#/$defs/head_dim"}
   base_lengths: {$ref: "#/$defs/pair"}
   lengths: {description: "[seq_q, seq_k] pairs", type: array, items: {$ref: "#/$defs/pair"}, minItems: 1}
+  gpu_lengths:
+    description: >-
+      [seq_q, seq_k] pairs run on a GPU only, at the base head dim: lengths where the GPU's default takes a
+      path that shorter ones do not (the one-pass backward, both lengths past 2048); in the interpreter each
+      takes minutes and runs the same path as the shorter lengths
+    type: array
+    items: {$ref: "#/$defs/pair"}
   head_dims: {type: array, items: {$ref: "#/$defs/head_dim"}, minItems: 1}
   dtypes: {$ref: "#/$defs/dtypes"}
 past_wall:
@@ -99,11 +107,14 @@ def _qkv(b, h, sq, sk, d, dtype_name, seed, strided=False):
 
 
 def _cases(s: dict):
-    """Lengths at the base head dim, head dims at the base lengths, each causal or not, plus strided."""
+    """Lengths at the base head dim (gpu_lengths too), head dims at the base lengths, each causal or not,
+    plus strided."""
     d0, (sq0, sk0) = s["base_head_dim"], s["base_lengths"]
     for causal in (False, True):
         for sq, sk in s["lengths"]:
             yield dict(seq_q=sq, seq_k=sk, d=d0, causal=causal, strided=False)
+        for sq, sk in s["gpu_lengths"]:
+            yield dict(seq_q=sq, seq_k=sk, d=d0, causal=causal, strided=False, gpu_only=True)
         for d in s["head_dims"]:
             yield dict(seq_q=sq0, seq_k=sk0, d=d, causal=causal, strided=False)
         yield dict(seq_q=sq0, seq_k=sk0, d=d0, causal=causal, strided=True)
@@ -119,9 +130,11 @@ def correctness(s: dict) -> list[dict]:
     for dtype_name in s["dtypes"]:
         eps = attention_eps(dtype_name, is_gpu())
         for case in _cases(s):
+            gpu_only = case.pop("gpu_only", False)
             params = dict(dtype=dtype_name, batch=b, heads=h, eps=eps, **case)
-            if not runnable(dtype_name):
-                rows.append(row("max_abs_diff", None, status="needs_gpu", error=BF16_IN_INTERPRETER, variant="out", **params))
+            if not runnable(dtype_name) or (gpu_only and not is_gpu()):
+                why = BF16_IN_INTERPRETER if not runnable(dtype_name) else GPU_LENGTHS
+                rows.append(row("max_abs_diff", None, status="needs_gpu", error=why, variant="out", **params))
                 continue
             q, k, v = _qkv(b, h, case["seq_q"], case["seq_k"], case["d"], dtype_name, s["seed"], case["strided"])
             do = randn([b, h, case["seq_q"], case["d"]], dtype_name, s["seed"] + 7)
