@@ -336,7 +336,11 @@ def test_the_correctness_grid_marks_its_gpu_lengths_as_needing_a_gpu_in_the_inte
     long = df[(df["seq_q"] == 2100) & (df["seq_k"] == 4100)]
     assert len(long) == 2 and (long["status"] == "needs_gpu").all() and (long["error"] == GPU_LENGTHS).all()
     ran = df[df["metric"] == "matches"]
-    assert len(ran) == 4 * 2 * 3 and ran["value"].astype(bool).all()  # (7x3, d=8, base, strided) x causal x out/dq/dk/dv
+    assert len(ran) == 3 * 2 * 4 and ran["value"].astype(bool).all()  # (7x3, d=8, strided) x causal x out/dq/dk/dv
+    assert ran["tile_fwd"].notna().all() and ran["tile_bwd_dkdv"].notna().all()  # each row names its tiles
+    s["gpu_lengths"] = [[7, 3]]  # a pair also in lengths runs once, there
+    again = pd.DataFrame(correctness(s))
+    assert (again["status"] == "ok").all() and len(again[again["metric"] == "matches"]) == len(ran)
 
 
 def test_the_limits_probe_finds_every_head_that_is_not_finite():
