@@ -261,8 +261,8 @@ def test_deterministic_mode_gives_the_same_bits_and_the_default_agrees_with_it(c
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     default = run()
-    one_pass = (HOPPER and fa._HAS_TMA_REDUCE and fa.bucket(d) in fa.ONE_PASS_HEAD_DIMS
-                and fa.bucket(2100) >= fa.ONE_PASS_MIN_BUCKET and not causal)
+    one_pass = HOPPER and fa.resolve_backward("auto", fa.bucket(d), 2100, 2100, causal, fa._HAS_TMA_REDUCE,
+                                              False) == "one_pass"
     assert bool(fa.tiles_in_use()["bwd_one_pass"]) == one_pass
     for name, a, b in zip(("out", "dq", "dk", "dv"), default, first):
         torch.testing.assert_close(a.float(), b.float(), atol=2e-2, rtol=2e-2, msg=name)
