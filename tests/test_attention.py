@@ -31,6 +31,10 @@ def test_bad_input_is_refused(q, k, v, err):
         attention(q(), k(), v())
 
 
+# fp32 here; tl.dot on the GPU rounds its inputs to TF32 (the pipeline's tolerance for that), exact in the interpreter
+FP32_TOL = attention_eps(torch.float32, ON_GPU) if ON_GPU else 1e-4
+
+
 def _layouts(n, d, seed):
     """(what, tensor of shape (n, d)): layouts whose strides are not (d, 1) though their elements are the
     same, and some whose rows are not dense at all."""
@@ -52,13 +56,13 @@ def test_any_layout_of_q_k_v_gives_the_reference(n_q, d):
 
     for (wq, q), (wk, k), (wv, v) in zip(_layouts(n_q, d, 1), _layouts(7, d, 2), _layouts(7, d, 3)):
         ref = attention_ref(q.double(), k.double(), v.double())
-        torch.testing.assert_close(attention(q, k, v).double(), ref, atol=1e-4, rtol=1e-4, msg=f"{wq}/{wk}/{wv}")
+        torch.testing.assert_close(attention(q, k, v).double(), ref, atol=FP32_TOL, rtol=FP32_TOL, msg=f"{wq}/{wk}/{wv}")
         if d >= 16 and d & (d - 1) == 0:
-            torch.testing.assert_close(attention_writeup(q, k, v).double(), ref, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(attention_writeup(q, k, v).double(), ref, atol=FP32_TOL, rtol=FP32_TOL)
     q1 = randn(1, 3 * d, seed=4)[:, :d]  # the fused slice alone, against dense k and v
     k, v = randn(7, d, seed=5), randn(7, d, seed=6)
     torch.testing.assert_close(attention(q1, k, v).double(), attention_ref(q1.double(), k.double(), v.double()),
-                               atol=1e-4, rtol=1e-4)
+                               atol=FP32_TOL, rtol=FP32_TOL)
 
 
 @pytest.mark.parametrize("d", [1, 4, 8, 12, 40, 100])
@@ -71,8 +75,9 @@ def test_the_printed_kernel_is_wrong_wherever_its_head_dim_block_is_wider_than_d
     q, k, v = randn(8, d, seed=1), randn(20, d, seed=2), randn(20, d, seed=3)
     assert launch_config(20, d)["BLOCK_V"] > d
     ref = attention_ref(q.double(), k.double(), v.double())
-    assert max_abs_diff(attention_writeup(q, k, v), ref) > 0.05
-    torch.testing.assert_close(attention(q, k, v).double(), ref, atol=1e-4, rtol=1e-4)
+    # not "> 0.05": on a GPU the last row's padding reads past q's end, whatever lies there (NaN compares False)
+    assert not max_abs_diff(attention_writeup(q, k, v), ref) <= 0.05
+    torch.testing.assert_close(attention(q, k, v).double(), ref, atol=FP32_TOL, rtol=FP32_TOL)
 
 
 @pytest.mark.skipif(ON_GPU, reason="on a GPU it compiles for that GPU")

@@ -32,6 +32,7 @@ import os
 import torch
 
 import kernels._softmax as sm  # first: it chooses the backend before triton is imported
+from kernels import backend
 from kernels._device import sm_count
 from kernels._triton import tl, triton
 
@@ -53,7 +54,7 @@ def tma_rows_forward(out_ptr, x_ptr, n_rows, R: tl.constexpr, STAGES: tl.constex
 
 
 def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
-    return torch.empty(size, dtype=torch.int8, device="cuda" if torch.cuda.is_available() else "cpu")
+    return torch.empty(size, dtype=torch.int8, device=backend.device())  # the interpreter's check: CPU, GPU or not
 
 
 def softmax_tma(x: torch.Tensor, stages: int, programs: int | None = None) -> torch.Tensor:

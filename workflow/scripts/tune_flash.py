@@ -286,6 +286,13 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
   region already spans the tile loop, its producer partition walking the tiles and their key tiles ahead
   of the two consumer groups as far as the buffers allow, so this cannot be what closes the causal gap
   at S = 4096.
+- twenty-second round (bench_persistent.py, an H100 80GB HBM3 again; triton 3.6, bf16, B*S = 16384, H = 16,
+  causal, TFLOP/s and ratio to cuDNN in the same setting's run): LPT groups of 8 and 64 MiB against the
+  default 32, forward + backward at D = 128, S = 4096 / 16384: 336.0 / 412.3 (0.785 / 0.805) and
+  317.7 / 424.6 (0.749 / 0.798) against 348.8 / 413.7 (0.785 / 0.797); D = 64, S = 4096: 301.3, 294.9
+  against 302.0. No size better at both lengths: 32 MiB kept. The causal persistent forward's tile loop
+  with two stages (causal_stages2) against one: forward D = 128 428.0 / 458.3 against 484.8 / 535.9,
+  D = 64 382.1 against 381.9: not kept (tile_stages stays 1 under a causal mask).
 """
 from __future__ import annotations
 

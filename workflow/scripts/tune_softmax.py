@@ -143,7 +143,16 @@ def candidates(n: int, direction: str) -> dict:
     Read from sm_90 builds as a launch specializes them (triton 3.6, ptxas), a lead for bf16 at 32768 columns
     (0.836 of the pipeline's copy): the prefetching rows kernel there, 32 warps, is held to 64 registers a
     thread (1024 threads) and spills 64 B (fp32: 144 B; on 16 warps 228 and 252 B); a program per row on 16
-    warps spills nothing (128 registers)."""
+    warps spills nothing (128 registers).
+
+    On an H100 80GB HBM3 (no H200 lent that session; triton 3.6, fractions of a copy measured beside them):
+    the split forward holding bf16 chunks in x's dtype, converted at use (fewer registers in the sm_90 build),
+    against fp32 chunks in one process each: at 32768 / 65536 / 262144 / 2^20 columns chunks of 4096 on 4
+    warps 0.81 / 0.83 / 0.69 / 0.64 against 0.76 / 0.77 / 0.66 / 0.64, the other split sizes within 0.012
+    (one outlier), and the defaults unchanged (0.93 / 0.94 / 0.69 / 0.68-0.69: no default takes the split path
+    there). Not kept. Narrow rows there, the public kernels against torch.compile's: forward bf16 and fp32 at
+    128-16384 columns 0.991-1.007 of copy against 0.985-1.006 (bf16 compiled 0.58-0.63 from 2048 up),
+    backward 1.02-1.04 against 0.98-1.04: ties within the spread of one process."""
     out = {"default": {}}
     width = triton.next_power_of_2(n)
     for tile in (1024, 2048, 4096, 8192, 16384, 32768) if direction == "forward" else ():
