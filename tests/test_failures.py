@@ -52,6 +52,8 @@ def test_a_failing_experiment_fails_only_its_own_claims(project):
     finally:
         experiments.write_bytes(original)
     assert "1 experiment(s) failed: softmax/bug" in done.stderr
+    ran = job_stats(done.stderr)  # a rerun of a deterministic table would leave its digest as it was
+    assert ran.get("softmax") == 1 and not {rule for rule in ran if rule in EXPERIMENT_RULES} - {"softmax"}, ran
     bug = pd.read_parquet(tiny / "softmax/bug.parquet")
     assert list(bug["status"]) == ["failed"] and "injected failure" in bug["error"].iloc[0]
     assert {k: v for k, v in digests(tiny).items() if not k.startswith("softmax/")} == others  # the rest stand
@@ -184,6 +186,8 @@ def test_an_experiment_that_dies_by_a_signal_leaves_a_failed_table_and_the_run_g
     finally:
         unit.write_bytes(original)
     assert "1 experiment(s) failed: softmax/bug" in done.stderr
+    ran = job_stats(done.stderr)  # a rerun of a deterministic table would leave its digest as it was
+    assert ran.get("softmax") == 1 and not {rule for rule in ran if rule in EXPERIMENT_RULES} - {"softmax"}, ran
     bug = pd.read_parquet(tiny / "softmax/bug.parquet")
     assert list(bug["status"]) == ["failed"] and "died by SIGSEGV" in bug["error"].iloc[0]
     assert "DIED by SIGSEGV" in (tiny / "logs/softmax/bug.log").read_text()
