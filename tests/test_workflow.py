@@ -328,19 +328,20 @@ def test_empty_range_is_refused(tmp_path, project):
 
 
 def test_fresh_clone_keeps_the_committed_gpu_run(tmp_path):
-    """The README's command rebuilds the committed GPU report without running an experiment, and this
-    (CPU) machine refuses to write into the GPU's run, naming both devices; the tables stay byte-identical."""
+    """The README's command rebuilds the committed GPU report without running an experiment, and a machine
+    in Triton's interpreter (this one on a GPU box too: on an H200 the run would be its own) refuses to write
+    into the GPU's run, naming both devices; the tables stay byte-identical."""
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     run = clone / "results/nvidia-h200"
     device = pd.read_parquet(run / "softmax/bug.parquet")["device"].iloc[0]
     before = digests(run)
-    rebuild = ["--cores", "1", "report", "--forcerun", "report", "--config", "run=nvidia-h200"]
+    rebuild = ["--cores", "1", "report", "--forcerun", "report", "--config", "run=nvidia-h200", "backend=interpreter"]
     plan = job_stats(smk(clone, "-n", *rebuild[2:], config=None).stdout)
     assert plan.get("report") == 1 and not set(plan) & EXPERIMENT_RULES, plan
     smk(clone, *rebuild, config=None)
     forced = smk(clone, "--cores", "1", "results/nvidia-h200/softmax/bug.parquet", "--forcerun", "softmax",
-                 "--config", "run=nvidia-h200", config=None, check=False)
+                 "--config", "run=nvidia-h200", "backend=interpreter", config=None, check=False)
     assert forced.returncode != 0
     message = forced.stdout + forced.stderr
     assert device in message and "cpu (" in message and "overwrite_foreign_run" in message
