@@ -81,6 +81,16 @@ def test_plotting_waits_while_a_kernel_is_timed(tmp_path, monkeypatch):
     correctness[0].close()
 
 
+def test_a_job_alone_for_its_memory_locks_its_gpu_but_not_the_host(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    alone = gpu.pin(tmp_path, exclusive=True, timing=False)
+    assert alone[1] is None  # no host lock: figures may be drawn meanwhile
+    gpu.quiet_host(tmp_path).close()
+    with pytest.raises(TimeoutError):  # but no other job shares its GPU
+        gpu.claim(["0"], tmp_path, exclusive=False, poll_s=0.05, timeout_s=0.5)
+    alone[0].close()
+
+
 def test_no_gpu_means_no_pinning(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu, "visible_gpus", lambda: [])
     assert gpu.pin(tmp_path, exclusive=True) is None

@@ -5,8 +5,10 @@ with ``--resources gpu=N`` or a profile), but it does not say *which* GPU a job 
 keep correctness jobs off a GPU that is being timed. So every job locks one GPU index with flock and
 sets CUDA_VISIBLE_DEVICES before torch or triton is imported:
 
-- timing jobs (exclusive=True) take an exclusive lock: nothing else runs on that GPU meanwhile;
-- correctness and statistics jobs take a shared lock: they may run side by side, not beside a timing job.
+- timing jobs, and jobs that take much of a GPU's memory (lab.units' ``alone``), take an exclusive lock:
+  nothing else runs on that GPU meanwhile;
+- other correctness and statistics jobs take a shared lock: they may run side by side, not beside an
+  exclusive one.
 
 The lock is held until the process exits; a job that finds no suitable GPU waits for one.
 
@@ -66,13 +68,14 @@ def claim(gpus: list[str], lock_dir: str | os.PathLike, exclusive: bool = True, 
         time.sleep(poll_s)
 
 
-def pin(lock_dir: str | os.PathLike, exclusive: bool):
-    """Claim a GPU and make it the only one this process sees. Returns the locks (keep them open)."""
+def pin(lock_dir: str | os.PathLike, exclusive: bool, timing: bool | None = None):
+    """Claim a GPU (``exclusive``: alone on it) and make it the only one this process sees; a ``timing`` job
+    (by default an exclusive one) also holds the host's lock. Returns the locks (keep them open)."""
     gpus = visible_gpus()
     if not gpus:
         return None
     gpu, handle = claim(gpus, lock_dir, exclusive)
-    host = claim(["host"], lock_dir, exclusive=False)[1] if exclusive else None
+    host = claim(["host"], lock_dir, exclusive=False)[1] if (exclusive if timing is None else timing) else None
     os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     return handle, host
 

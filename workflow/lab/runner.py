@@ -25,7 +25,7 @@ def run(key: str, settings: dict, software: dict, code_hash: str, output: str, o
     if backend == "gpu":
         from . import gpu
 
-        lock = gpu.pin(gpu.LOCKS, exclusive=exp.timing)  # noqa: F841  (held until the process exits)
+        lock = gpu.pin(gpu.LOCKS, exclusive=exp.exclusive, timing=exp.timing)  # noqa: F841  (held until it exits)
     os.environ["KERNELS_BACKEND"] = backend
     from . import provenance
 

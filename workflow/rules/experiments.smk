@@ -2,8 +2,8 @@
 #   snakemake --cores 1 results/<run>/softmax/bug.parquet --forcerun softmax
 # reruns that experiment alone. On the GPU backend every job asks for `gpu=1` (so --resources gpu=N or a
 # cluster executor can count and place them) and, at run time, locks one GPU (lab/gpu.py): timing jobs
-# exclusively, so nothing shares a GPU that is being timed. A run made on another machine gets no
-# experiment rules here (common.smk says why).
+# exclusively, so nothing shares a GPU that is being timed, and so do jobs that fill much of its memory.
+# A run made on another machine gets no experiment rules here (common.smk says why).
 for _kernel in KERNELS if OWN_RUN else []:
 
     rule:

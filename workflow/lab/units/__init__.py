@@ -23,6 +23,9 @@ declaration's output depends on is its own code (lab.sources), never this module
 
 - ``timing``: it measures time, so it runs alone on its GPU, autotunes, and receives the ``bench``
   settings (which then are part of what determines its table);
+- ``alone``: it takes a large share of its GPU's memory (tensors past 2^31 elements, SDPA's math backend at
+  long lengths), so it runs alone on its GPU, as a timing job does: jobs beside it could run out of memory
+  (on an 80 GB H100, flash_attention/past_wall did beside the limits jobs);
 - ``seeded``: its inputs derive from ``seed`` (so ``--config seed=1`` reruns it, and only it);
 - ``ceilings`` (timing experiments): the job measures the copy bandwidth and the bf16 matmul rate on its
   own GPU before it starts and records them on every row (columns copy_gbps, matmul_tflops), so every
@@ -45,6 +48,12 @@ class Experiment:
     timing: bool
     seeded: bool
     ceilings: bool
+    alone: bool = False
+
+    @property
+    def exclusive(self) -> bool:
+        """It locks its GPU exclusively: nothing runs beside it."""
+        return self.timing or self.alone
 
     @property
     def key(self) -> str:
@@ -91,9 +100,9 @@ def _unit_of(fn) -> str:
     return fn.__module__.rsplit(".", 1)[-1]
 
 
-def experiment(*, timing: bool = False, seeded: bool = True, ceilings: bool | None = None):
+def experiment(*, timing: bool = False, seeded: bool = True, ceilings: bool | None = None, alone: bool = False):
     def register(fn):
-        exp = Experiment(_unit_of(fn), fn.__name__, fn, timing, seeded, timing if ceilings is None else ceilings)
+        exp = Experiment(_unit_of(fn), fn.__name__, fn, timing, seeded, timing if ceilings is None else ceilings, alone)
         EXPERIMENTS[exp.key] = exp
         return fn
 

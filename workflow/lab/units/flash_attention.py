@@ -149,7 +149,7 @@ def correctness(s: dict) -> list[dict]:
     return rows
 
 
-@experiment()
+@experiment(alone=True)
 def past_wall(s: dict) -> list[dict]:
     """The wall experiment's sweep, run with flash_attention; then peak memory against SDPA's math path."""
     from kernels import flash_attention, flash_attention_ref
@@ -167,7 +167,7 @@ def past_wall(s: dict) -> list[dict]:
     return rows + _peak_memory(s)
 
 
-@experiment()
+@experiment(alone=True)
 def limits(s: dict) -> list[dict]:
     """batch x heads past 65535 (a grid axis's limit) with more than 2**31 elements per tensor (GPU only),
     forward and gradients, in its own process (a fault poisons the CUDA context)."""

@@ -178,7 +178,7 @@ def _statistics(relu_dropout, x: torch.Tensor, p: float, s: dict, params: dict) 
     return rows
 
 
-@experiment()
+@experiment(alone=True)
 def limits(s: dict) -> list[dict]:
     """Past 2**31 elements (GPU only), each kernel in its own process (a fault poisons the CUDA context)."""
     rows = []

@@ -196,7 +196,7 @@ def wide(s: dict) -> list[dict]:
     return _against_torch([[s["n_rows"], n] for n in s["n_cols"]], s["dtypes"], s["seed"], s["interpreter_max_cols"])
 
 
-@experiment()
+@experiment(alone=True)
 def limits(s: dict) -> list[dict]:
     """Past 2**31 elements (GPU only): the writeup's kernel as printed (int32 row offsets) and the project's
     softmax, forward and backward, each in its own process (a fault poisons the CUDA context)."""

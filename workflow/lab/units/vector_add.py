@@ -71,7 +71,7 @@ def correctness(s: dict) -> list[dict]:
     return rows
 
 
-@experiment()
+@experiment(alone=True)
 def limits(s: dict) -> list[dict]:
     """Past 2**31 elements (GPU only): each kernel in its own process, since a fault poisons the CUDA
     context of the process that made it."""
