@@ -1,7 +1,9 @@
-"""The README quotes the committed H200 run: every number in its results section must be in that run's
+"""The README quotes the committed GPU runs: every number in a run's results section must be in that run's
 report (the report is built from the committed tables, so the README cannot drift from them)."""
 import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # A number standing alone (not inside 'H200', 'fp16' or a hash), optionally followed by 'x' (a ratio).
@@ -22,15 +24,17 @@ def matches(quoted: str, found: set[str]) -> bool:
     return any(f.count(".") <= 1 and round(float(f), digits) == float(quoted) for f in found)
 
 
-def test_every_number_in_the_results_section_is_in_the_committed_report():
+@pytest.mark.parametrize("heading, run, at_least", [("What the committed H200 run shows", "nvidia-h200", 40),
+                                                     ("The same code on an H100", "nvidia-h100-80gb-hbm3", 30)])
+def test_every_number_in_a_results_section_is_in_its_runs_report(heading, run, at_least):
     readme = (ROOT / "README.md").read_text()
-    section = readme.split("## What the committed H200 run shows", 1)[1].split("\n## ", 1)[0]
-    report = (ROOT / "results/nvidia-h200/report.md").read_text()
+    section = readme.split(f"## {heading}", 1)[1].split("\n## ", 1)[0]
+    report = (ROOT / f"results/{run}/report.md").read_text()
     found = set(numbers(report))
     quoted = numbers(section)
-    assert len(quoted) > 40  # the section does quote the run
+    assert len(quoted) > at_least  # the section does quote the run
     missing = [q for q in quoted if not matches(q, found)]
-    assert not missing, f"README numbers not in results/nvidia-h200/report.md: {missing}"
+    assert not missing, f"README numbers not in results/{run}/report.md: {missing}"
 
 
 def test_the_verdict_tally_is_the_committed_reports():
