@@ -18,9 +18,11 @@ fits, or while a CUDA graph is being captured (a capture cannot time anything).
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import re
+import statistics
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,7 @@ from ._triton import triton
 
 CACHE_ENV = "KERNELS_TILE_CACHE"
 AUTOTUNE_ENV = "KERNELS_AUTOTUNE"
+CAPTURE_MODE = "thread_local"  # the tuner's CUDA graph capture: other threads' CUDA calls stay allowed (_graph_ms)
 _FORMAT = re.compile(r"(\d+)x(\d+)/w(\d+)/s(\d+)(/ws(/masked)?)?")
 
 
@@ -177,8 +180,44 @@ def _write(key: tuple, tile: Tile) -> None:
                       "tile chosen is kept for this process only", RuntimeWarning, stacklevel=3)
 
 
+def _graph_ms(fn, rep_ms: float = 10.0, replays: int = 10) -> float:
+    """Median time of one ``fn()`` in ms, from replays of a CUDA graph of about ``rep_ms`` of calls, on a new
+    stream: what triton.testing.do_bench_cudagraph measures, but captured in thread-local mode. Its global
+    mode fails a capture when any thread of the process makes a call a capture forbids (a plain
+    allocation, a synchronization), and fails that thread's call too: an application thread's own CUDA work
+    while a tile is tuned."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        fn()  # compiles and warms up outside the capture
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            fn()
+        end.record()
+        end.synchronize()
+        estimate = start.elapsed_time(end) / 5
+        calls = max(1, int(rep_ms / estimate)) if estimate > 0 else 1000
+        graph, collecting = torch.cuda.CUDAGraph(), gc.isenabled()
+        gc.disable()  # a collected Triton kernel would unload its module mid-capture, which fails the capture
+        try:
+            with torch.cuda.graph(graph, stream=stream, capture_error_mode=CAPTURE_MODE):
+                for _ in range(calls):
+                    fn()
+        finally:
+            if collecting:
+                gc.enable()
+        times = []
+        for _ in range(replays):
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / calls)
+    return statistics.median(times)
+
+
 def _wait_for_caller() -> None:
-    """do_bench_cudagraph times on a new stream that does not wait for the caller's: its first runs would
+    """_graph_ms times on a new stream that does not wait for the caller's: its first runs would
     overlap the caller's queued kernels, writing buffers they still use (a freed tensor-descriptor scratch,
     the forward's lse): the likely cause of the "illegal instruction" and NaN gradients seen on the H200 when
     six processes tuned at once, each one's kernels queued for longer. So tuning starts when they are done."""
@@ -205,7 +244,7 @@ def choose(key: tuple, candidates: list[Tile], run) -> Tile:
     timings[key] = {}
     for candidate in candidates:
         try:
-            ms = triton.testing.do_bench_cudagraph(lambda: run(candidate), rep=10, return_mode="median")
+            ms = _graph_ms(lambda: run(candidate))
         except triton.runtime.errors.OutOfResources:  # more shared memory or registers than this GPU has
             continue
         timings[key][str(candidate)] = ms

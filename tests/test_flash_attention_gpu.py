@@ -130,7 +130,7 @@ def test_tuning_allocates_no_scratch_beyond_the_problem():
 
 
 def test_tuning_waits_for_the_work_its_caller_queued(monkeypatch):
-    """triton.testing.do_bench_cudagraph times on a new stream: its first runs must come after the
+    """The tuner's timer (_graph_ms) times on a new stream: its first runs must come after the
     kernels the caller queued, not beside them (else they write buffers those kernels still use). The
     same check without the wait must see the race, or it could not fail."""
     def reads(key) -> list[float]:
@@ -154,6 +154,52 @@ def test_tuning_waits_for_the_work_its_caller_queued(monkeypatch):
     monkeypatch.setattr(ft, "_wait_for_caller", lambda: None)
     raced = reads(("fwd", "stream order, no wait"))
     assert 0.0 in raced, f"without the wait no run saw the flag unset, so this check cannot fail here: {raced}"
+
+
+def test_another_threads_cuda_work_during_a_tuning_does_not_fail(monkeypatch):
+    """An application thread allocating device memory and waiting for its results while a bucket is tuned:
+    both go on. The same check with the capture in global mode (triton.testing.do_bench_cudagraph's) must see
+    a failure, in the tuning or in the other thread, or it could not fail. The thread allocates through the
+    driver (cuMemAlloc, a call a global capture forbids), since torch's allocator would reuse its cache."""
+    import ctypes
+    import threading
+
+    driver = ctypes.CDLL("libcuda.so.1")
+
+    def tune_beside_busy_thread(key) -> list[str]:
+        errors, stop, busy = [], threading.Event(), threading.Event()
+
+        def allocate():
+            try:
+                x, ptr = torch.ones(1 << 16, device="cuda"), ctypes.c_uint64()  # the context is current here
+                while not stop.is_set():
+                    rc = driver.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(1 << 20))
+                    assert rc == 0, f"cuMemAlloc returned CUDA error {rc}"
+                    assert driver.cuMemFree_v2(ptr) == 0
+                    assert x.sum().item() == x.numel()
+                    busy.set()
+            except Exception as e:  # noqa: BLE001  (reported by the test)
+                errors.append(f"other thread: {e!r}")
+            busy.set()
+
+        thread = threading.Thread(target=allocate)
+        thread.start()
+        assert busy.wait(30)
+        a = torch.zeros(4096, device="cuda")
+        try:  # a tiny kernel: thousands of launches in each candidate's graph, a long capture
+            ft.choose(key, [fa.Tile(64, 64, 4, 3), fa.Tile(32, 32, 4, 1)], lambda tile: a.add_(1.0))
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"tuning: {e!r}")
+        stop.set()
+        thread.join(60)
+        return errors
+
+    assert tune_beside_busy_thread(("fwd", "busy thread")) == []
+    torch.cuda.synchronize()
+    monkeypatch.setattr(ft, "CAPTURE_MODE", "global")
+    failed = tune_beside_busy_thread(("fwd", "busy thread, global capture"))
+    torch.cuda.synchronize()
+    assert failed, "a global capture beside the allocating thread did not fail: this check cannot fail here"
 
 
 def cached() -> int:

@@ -111,7 +111,7 @@ def gpu_free(monkeypatch):
         fn()
         return {"128x64/w8/s3": 2.0, "64x64/w4/s3": 1.0, "32x32/w4/s1": 3.0}[str(timed[-1])]
 
-    monkeypatch.setattr(ft.triton.testing, "do_bench_cudagraph", fake_bench)
+    monkeypatch.setattr(ft, "_graph_ms", fake_bench)
     return timed
 
 
@@ -136,7 +136,7 @@ def test_a_cached_tile_no_longer_offered_is_tuned_again(gpu_free):
 
 
 def test_tuning_first_waits_for_the_callers_stream(gpu_free, monkeypatch):
-    """do_bench_cudagraph times on a new stream that does not wait for the caller's (the GPU test checks
+    """_graph_ms times on a new stream that does not wait for the caller's (the GPU test checks
     the effect): choose() synchronizes the caller's stream before the first timed run."""
     events = []
 
