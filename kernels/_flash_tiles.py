@@ -183,9 +183,9 @@ def _write(key: tuple, tile: Tile) -> None:
 def _graph_ms(fn, rep_ms: float = 10.0, replays: int = 10) -> float:
     """Median time of one ``fn()`` in ms, from replays of a CUDA graph of about ``rep_ms`` of calls, on a new
     stream: what triton.testing.do_bench_cudagraph measures, but captured in thread-local mode. Its global
-    mode fails a capture when any thread of the process makes a call a capture forbids (a plain
-    allocation, a synchronization), and fails that thread's call too: an application thread's own CUDA work
-    while a tile is tuned."""
+    mode fails a capture when any thread of the process makes a call a capture forbids (cudaMalloc, say),
+    and fails that thread's call too: an application thread's own CUDA work while a tile is tuned. (A
+    device-wide synchronization from another thread still fails a capture in any mode.)"""
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         fn()  # compiles and warms up outside the capture
@@ -197,12 +197,17 @@ def _graph_ms(fn, rep_ms: float = 10.0, replays: int = 10) -> float:
         end.synchronize()
         estimate = start.elapsed_time(end) / 5
         calls = max(1, int(rep_ms / estimate)) if estimate > 0 else 1000
+        # capture_begin/end rather than torch.cuda.graph, whose entry synchronizes the device and empties the
+        # allocator's cache: other threads' business, which would also fail a capture of their own.
         graph, collecting = torch.cuda.CUDAGraph(), gc.isenabled()
         gc.disable()  # a collected Triton kernel would unload its module mid-capture, which fails the capture
         try:
-            with torch.cuda.graph(graph, stream=stream, capture_error_mode=CAPTURE_MODE):
+            graph.capture_begin(capture_error_mode=CAPTURE_MODE)
+            try:
                 for _ in range(calls):
                     fn()
+            finally:
+                graph.capture_end()
         finally:
             if collecting:
                 gc.enable()
