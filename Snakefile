@@ -44,10 +44,15 @@ onsuccess:
 
 onerror:
     # Snakemake ends here when a job fails, and also when it is asked to stop: SIGTERM lets the running
-    # jobs finish, then reports "At least one job did not complete successfully" even if none failed.
+    # jobs finish, then reports "At least one job did not complete successfully" even if none failed; Ctrl-C
+    # stops the jobs too, which it then reports as errors in their rules.
     _logs = [Path(p) for p in ([log] if isinstance(log, str) else log or [])]  # Snakemake's own log(s)
-    _failed = not _logs or any(not p.exists() or "Error in rule" in p.read_text(errors="replace") for p in _logs)
-    _what = (f"A job failed (above, and its log under {OUT}/logs/)" if _failed else
-             "No job failed: Snakemake was stopped (SIGTERM waits for the running jobs) before the run was complete")
+    _text = "".join(p.read_text(errors="replace") for p in _logs if p.exists())
+    if "Terminating processes on user request" in _text:
+        _what = "No experiment failed: the run was interrupted (Ctrl-C) and the jobs it stopped recorded nothing"
+    elif not _logs or not all(p.exists() for p in _logs) or "Error in rule" in _text:
+        _what = f"A job failed (above, and its log under {OUT}/logs/)"
+    else:
+        _what = "No job failed: Snakemake was stopped (SIGTERM waits for the running jobs) before the run was complete"
     print(f"{_what}. Every table written is complete (tables are written atomically); `snakemake -n` lists what "
           "is left and `snakemake --cores all` goes on from there.", file=sys.stderr)

@@ -74,24 +74,50 @@ def test_a_failing_experiment_fails_only_its_own_claims(project):
     assert report_rows(project)[6][4].strip() == "reproduced"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-def test_an_interrupted_run_leaves_no_table_that_reads_as_complete(project, sig):
+def living_in_group(pgid: int, besides: int) -> list[int]:
+    """The processes of process group ``pgid`` but ``besides`` that have not ended (zombies have)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pid, rest = stat.read_text().split(" (", 1)
+        except OSError:
+            continue
+        state, _, group = rest.rsplit(") ", 1)[1].split()[:3]
+        if int(group) == pgid and int(pid) != besides and state not in "ZX":
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.parametrize("sig, group", [(signal.SIGINT, True), (signal.SIGKILL, True), (signal.SIGKILL, False)])
+def test_an_interrupted_run_leaves_no_table_that_reads_as_complete(project, tmp_path, sig, group):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it), a kill of everything, and a kill of
+    Snakemake alone: its jobs end with it (lab.job.end_with_workflow) rather than run on beside a recovery."""
     target = project / "results/tiny/flash_attention/correctness.parquet"
     job_log = project / "results/tiny/logs/flash_attention/correctness.log"
     job_log.unlink(missing_ok=True)
-    proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--cores", "1", "--forcerun",
-                             "flash_attention", "--", str(target.relative_to(project))],
-                            cwd=project, env=runs_in(project), start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while not (job_log.exists() and "backend=" in job_log.read_text()):  # the job is computing
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.2)
-    os.killpg(proc.pid, sig)
-    proc.wait(timeout=120)
+    out = tmp_path / "snakemake.out"
+    with out.open("w") as sink:
+        proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--cores", "1", "--forcerun",
+                                 "flash_attention", "--", str(target.relative_to(project))],
+                                cwd=project, env=runs_in(project), start_new_session=True, stdout=sink,
+                                stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while not (job_log.exists() and "backend=" in job_log.read_text()):  # the job is computing
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        (os.killpg if group else os.kill)(proc.pid, sig)
+        deadline = time.monotonic() + 30
+        while living_in_group(proc.pid, besides=proc.pid):  # Snakemake itself not yet reaped: a zombie
+            assert time.monotonic() < deadline, "the run's jobs outlived it"
+            time.sleep(0.2)
+        proc.wait(timeout=120)
     assert not target.exists()  # Snakemake removed the old table before the job; no new one was finished
-    if sig == signal.SIGKILL:  # nothing could clean up: the directory lock stays until --unlock
+    if sig == signal.SIGINT:
+        assert "the run was interrupted (Ctrl-C)" in out.read_text() and "A job failed" not in out.read_text()
+    else:  # nothing could clean up: the directory lock stays until --unlock
         smk(project, "--unlock")
+    if not group:
+        assert "Snakemake (pid" in job_log.read_text() and "this job ends too" in job_log.read_text()
     smk(project, "--cores", "1", "--rerun-incomplete")
     assert pd.read_parquet(target)["status"].eq("ok").all()
     assert planned(project) == {}

@@ -11,17 +11,22 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 from . import provenance, runner
 
 CHILD = "LAB_JOB_CHILD"  # set in the child process that runs the experiment itself
 PARENT = "LAB_JOB_PARENT"  # the job's own process id, in that child
+WORKFLOW = "LAB_WORKFLOW_PID"  # the Snakemake process that runs the jobs (it sets this when it reads the workflow)
 
 
 def export_environment(overwrite_foreign: bool) -> None:
     """What the workflow passes to every job through the environment of its own process (not part of any
-    job's params): the Python to run (LAB_PYTHON, the planner's) and the foreign-run override."""
+    job's params): the Python to run (LAB_PYTHON, the planner's), the process that runs the jobs (a job
+    ends when it does: end_with_workflow) and the foreign-run override."""
     os.environ["LAB_PYTHON"] = sys.executable
+    os.environ[WORKFLOW] = str(os.getpid())
     os.environ["LAB_OVERWRITE_FOREIGN_RUN"] = "1" if overwrite_foreign else "0"
 
 
@@ -55,6 +60,7 @@ def main(argv=None) -> None:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, pass_on)
+    end_with_workflow(os.environ.get(WORKFLOW), lambda: pass_on(signal.SIGTERM, None), child)
     status = child.wait()
     if sent:
         sys.exit(128 + sent[0])
@@ -63,6 +69,37 @@ def main(argv=None) -> None:
                             started, rerun_marker=args.rerun_marker)
     elif status > 0:
         sys.exit(status)
+
+
+def _started(pid: str) -> str | None:
+    """When process ``pid`` started (Linux /proc), which tells it from a later process given its pid; None
+    if there is no such process, it has ended (a zombie, not yet reaped), or there is no /proc."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()  # from field 3, the state
+    except OSError:
+        return None
+    return None if fields[0] in "ZX" else fields[19]  # field 22, starttime
+
+
+def end_with_workflow(pid: str | None, stop, child: subprocess.Popen, every: float = 1.0) -> None:
+    """Call ``stop`` (which ends ``child``) once Snakemake process ``pid`` has ended, polled from a daemon
+    thread: killed outright (SIGKILL), Snakemake leaves its jobs running, orphaned, and a recovery run
+    (`--unlock`, `--rerun-incomplete`) would run the same experiment beside them. Nothing to watch when
+    the job was not started by the workflow (no pid) or there is no /proc."""
+    started = _started(pid) if pid else None
+    if started is None:
+        return
+
+    def watch():
+        while child.returncode is None:
+            if _started(pid) != started:
+                print(f"lab.job: Snakemake (pid {pid}) has ended; this job ends too, recording nothing",
+                      file=sys.stderr, flush=True)
+                stop()
+                return
+            time.sleep(every)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def die_with_parent(parent: int) -> None:
