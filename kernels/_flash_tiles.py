@@ -182,10 +182,11 @@ def _write(key: tuple, tile: Tile) -> None:
 
 def _graph_ms(fn, rep_ms: float = 10.0, replays: int = 10) -> float:
     """Median time of one ``fn()`` in ms, from replays of a CUDA graph of about ``rep_ms`` of calls, on a new
-    stream: what triton.testing.do_bench_cudagraph measures, but captured in thread-local mode. Its global
-    mode fails a capture when any thread of the process makes a call a capture forbids (cudaMalloc, say),
-    and fails that thread's call too: an application thread's own CUDA work while a tile is tuned. (A
-    device-wide synchronization from another thread still fails a capture in any mode.)"""
+    stream: what triton.testing.do_bench_cudagraph measures, but captured in thread-local mode. In global
+    mode CUDA may refuse other threads' "potentially unsafe" calls (cudaMalloc, say) while the capture is
+    open: an application thread's own CUDA work while a tile is tuned (on an H100 with driver 580 it let a
+    driver allocation through in either mode). A device-wide synchronization from another thread still
+    fails a capture in any mode."""
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         fn()  # compiles and warms up outside the capture

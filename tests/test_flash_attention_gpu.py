@@ -1,14 +1,12 @@
 """FlashAttention where a real model uses it, on the GPU only: compiled by Inductor, replayed from a CUDA
 graph, and tuned per bucket without compiling or tuning again at a new length."""
-import ast
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import ON_GPU, PROJECT, runs_in
+from conftest import ON_GPU
 from kernels import _flash_attention as fa
 from kernels import _flash_tiles as ft
 from kernels import flash_attention
@@ -214,18 +212,12 @@ def _tune_beside_busy_thread(key: tuple) -> list[str]:
     return errors
 
 
-def test_another_threads_cuda_work_during_a_tuning_does_not_fail(tmp_path):
-    """Both threads go on. The same in a global capture (triton.testing.do_bench_cudagraph's) must fail, in
-    the tuning or in the other thread, or this check could not fail; that one runs in a child process, since
-    a failed capture can leave torch's allocator believing a capture is still open (torch 2.11)."""
+def test_another_threads_cuda_work_during_a_tuning_does_not_fail():
+    """Both threads go on. (A control that ran the same with the capture in global mode, expecting it to
+    fail, did not fail either on an H100 with torch 2.11, CUDA 13.0 and driver 580.159.04: there neither
+    that allocation nor that wait is refused during another thread's global capture, so the thread-local
+    mode is a margin, not a fix measured here.)"""
     assert _tune_beside_busy_thread(("fwd", "busy thread")) == []
-    child = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_flash_attention_gpu as t; "
-             "t.ft.CAPTURE_MODE = 'global'; print(repr(t._tune_beside_busy_thread(('fwd', 'busy thread'))))")
-    env = {**runs_in(PROJECT), ft.CACHE_ENV: str(tmp_path / "tiles.json"), ft.AUTOTUNE_ENV: "1"}
-    done = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    failed = ast.literal_eval(done.stdout.strip().splitlines()[-1])
-    assert failed, "a global capture beside the allocating thread did not fail: this check cannot fail here"
 
 
 def cached() -> int:
