@@ -1,7 +1,7 @@
 """The sweep behind kernels/_softmax.py's sizes (GPU only; not part of the pipeline).
 
     PYTHONPATH=.:workflow python workflow/scripts/tune_softmax.py out.csv [--widths 32768,65536]
-        [--dtypes bfloat16] [--directions forward]
+        [--dtypes bfloat16] [--directions forward] [--against OLD_SOFTMAX.py]
 
 For every row width N (M x N holds 2^28 bytes) and dtype it times, forward and backward, each candidate
 configuration of the improved kernel beside torch, torch.compile's softmax (provider "compiled": Inductor's
@@ -9,11 +9,17 @@ kernel, the pipeline's torch_compile) and, forward, the writeup's kernel, the pu
 ``softmax`` / ``softmax_backward`` (provider "public": the defaults as the pipeline calls them), and a
 device copy of the same tensor (provider "copy": the fraction of copy is gbps over its gbps), checks each
 result against torch, and writes one CSV row per (direction, dtype, N, provider), the file rewritten
-after each width so that a run cut short keeps what it measured. The options narrow the sweep.
+after each width so that a run cut short keeps what it measured. The options narrow the sweep;
+``--against`` names another version of kernels/_softmax.py (a file), whose candidates are timed beside the
+checkout's, each right after it in the same process (provider "<label> [against]"): an A/B free of the
+drift between two processes.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
+import sys
 
 import pandas as pd
 import torch
@@ -179,21 +185,32 @@ def candidates(n: int, direction: str) -> dict:
     return out
 
 
+def load_against(path: str):
+    """Another version of kernels/_softmax.py, loaded beside the checkout's as kernels._softmax_against (its
+    relative imports resolve in the checkout's package)."""
+    spec = importlib.util.spec_from_file_location("kernels._softmax_against", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=10, rep=40)
 
 
-def main(path: str, widths: list[int], dtypes: list[str], directions: list[str]) -> None:
+def main(path: str, widths: list[int], dtypes: list[str], directions: list[str], against: str | None = None) -> None:
     # Inductor's softmax as the pipeline's torch_compile provider compiles it: the same functions, once per
     # shape (past Dynamo's recompile limit it would run the eager op instead)
     compiled = {"forward": torch.compile(_softmax_forward, dynamic=False),
                 "backward": torch.compile(_softmax_backward, dynamic=False)}
     with torch._dynamo.config.patch(recompile_limit=len(widths) * len(dtypes) + 8):
-        sweep(path, widths, dtypes, directions, compiled)
+        sweep(path, widths, dtypes, directions, compiled, load_against(against) if against else None)
 
 
-def sweep(path: str, widths: list[int], dtypes: list[str], directions: list[str], compiled: dict) -> None:
+def sweep(path: str, widths: list[int], dtypes: list[str], directions: list[str], compiled: dict, other=None) -> None:
     rows = []
+    versions = [(sm, "")] + ([(other, " [against]")] if other else [])  # (module, label suffix)
     for dtype in (getattr(torch, name) for name in dtypes):
         for n in widths:
             m = max(1, BYTES // (n * dtype.itemsize))
@@ -219,11 +236,12 @@ def sweep(path: str, widths: list[int], dtypes: list[str], directions: list[str]
                 if direction == "forward" and n <= 32768:
                     runs["writeup"] = lambda: softmax_writeup(x)
                 for label, kw in candidates(n, direction).items():
-                    if direction == "forward":
-                        out = torch.empty_like(x)
-                        runs[label] = lambda kw=kw, out=out: sm._forward(x, out, **kw)
-                    else:
-                        runs[label] = lambda kw=kw: sm._backward(ref, dy, **kw)
+                    for module, suffix in versions:
+                        if direction == "forward":
+                            out = torch.empty_like(x)
+                            runs[label + suffix] = lambda kw=kw, out=out, module=module: module._forward(x, out, **kw)
+                        else:
+                            runs[label + suffix] = lambda kw=kw, module=module: module._backward(ref, dy, **kw)
                 for label, fn in runs.items():
                     try:
                         got = fn()
@@ -246,9 +264,12 @@ if __name__ == "__main__":
                         help="row widths, comma-separated (default: 128..2^20)")
     parser.add_argument("--dtypes", type=lambda s: s.split(","), default=["float32", "bfloat16"])
     parser.add_argument("--directions", type=lambda s: s.split(","), default=["forward", "backward"])
+    parser.add_argument("--against", help="another version of kernels/_softmax.py to time beside this one")
     args = parser.parse_args()
     unknown = [d for d in args.dtypes if not isinstance(getattr(torch, d, None), torch.dtype)]
     unknown += [d for d in args.directions if d not in ("forward", "backward")]
     if unknown:
         parser.error(f"unknown dtypes or directions: {unknown}")
-    main(args.out, args.widths, args.dtypes, args.directions)
+    if args.against and not os.path.isfile(args.against):
+        parser.error(f"--against: no such file: {args.against}")
+    main(args.out, args.widths, args.dtypes, args.directions, args.against)
