@@ -255,13 +255,16 @@ def _load_chunk(x_ptr, row, x_row, cols, x_col, n_cols, n_rows, EVEN: tl.constex
 
 @triton.jit
 def _publish(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr):
-    """Write a chunk's partials, the max and the sum of exp(x - max), and (PHASE 0) count in."""
+    """Write a chunk's partials, the max m and the sum of e = exp(x - m), and (PHASE 0) count in. Returns
+    (e, m): the output is then e * exp(m - row max) / row sum, one exp per element rather than two."""
     m = tl.max(x, axis=0)
     m_safe = tl.where(m == -float("inf"), 0.0, m)  # a chunk of -inf sums to 0, not NaN
+    e = tl.exp2((x - m_safe) * LOG2E)
     tl.store(part + chunk, m)
-    tl.store(part + SPLITS + chunk, tl.sum(tl.exp2((x - m_safe) * LOG2E), axis=0))
+    tl.store(part + SPLITS + chunk, tl.sum(e, axis=0))
     if PHASE == 0:
         _arrive(counter)
+    return e, m  # m, not m_safe: a chunk of -inf then gets exp(-inf - row max) = 0, not 0 * overflow
 
 
 @triton.jit
@@ -279,15 +282,18 @@ def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row,
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
     splits = tl.arange(0, SPLITS_P2)
     x = _load_chunk(x_ptr, group, x_row, cols, x_col, n_cols, n_rows, EVEN)
-    if PHASE != 2:
-        _publish(x, part_ptr + tl.cast(group, tl.int64) * (2 * SPLITS), counter_ptr + group, chunk, SPLITS, PHASE)
+    m = tl.full([], 0.0, tl.float32)
+    if PHASE != 2:  # from here on x holds exp(x - m), this chunk's m
+        x, m = _publish(x, part_ptr + tl.cast(group, tl.int64) * (2 * SPLITS), counter_ptr + group, chunk,
+                        SPLITS, PHASE)
     following = _load_chunk(x_ptr, group + n_groups, x_row, cols, x_col, n_cols, n_rows, EVEN)
     for row in range(group, n_rows, n_groups):
         r = tl.cast(row, tl.int64)
+        m_following = tl.full([], 0.0, tl.float32)
         if PHASE != 2:
             if row + n_groups < n_rows:
-                _publish(following, part_ptr + (r + n_groups) * (2 * SPLITS), counter_ptr + row + n_groups,
-                         chunk, SPLITS, PHASE)
+                following, m_following = _publish(following, part_ptr + (r + n_groups) * (2 * SPLITS),
+                                                   counter_ptr + row + n_groups, chunk, SPLITS, PHASE)
         after = _load_chunk(x_ptr, row + 2 * n_groups, x_row, cols, x_col, n_cols, n_rows, EVEN)
         if PHASE == 0:
             _wait(counter_ptr + row, SPLITS)
@@ -297,9 +303,13 @@ def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row,
             ls = tl.load(part + SPLITS + splits, mask=splits < SPLITS, other=0.0, volatile=True)
             row_max = tl.max(ms, axis=0)
             total = tl.sum(ls * tl.exp2((ms - row_max) * LOG2E), axis=0)
-            y = tl.exp2((x - row_max) * LOG2E) * (1.0 / total)
+            if PHASE == 2:
+                y = tl.exp2((x - row_max) * LOG2E) * (1.0 / total)
+            else:
+                y = x * (tl.exp2((m - row_max) * LOG2E) / total)
             _store(out_ptr + r * out_row + cols * out_col, y.to(out_ptr.dtype.element_ty), cols < n_cols, EVEN)
         x = following
+        m = m_following
         following = after
 
 
@@ -542,7 +552,8 @@ def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, cfg: Settin
     from the compiled kernel's occupancy and launched as a cooperative grid: the driver refuses a grid that
     cannot be co-resident (an error, here caught) instead of letting it wait forever. Where no group fits,
     where the driver refuses, and always in the interpreter (which runs programs one after another): two
-    launches, partials first, then the output from them (reading the input again). A two-pass kernel
+    launches, partials first, then the output from them (reading the input again), unless a row is one
+    chunk (a group of one program, which the interpreter runs in one launch too). A two-pass kernel
     (cfg.segment) whose row is one segment waits for no one: one program per row."""
     splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)
     consts = dict(CHUNK=cfg.chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits), **flags)
@@ -566,6 +577,8 @@ def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, cfg: Settin
         if key not in _compiled:
             _compiled[key] = kernel.warmup(**arguments, n_groups=1, PHASE=0, **consts, **options, grid=(1,))
         groups = min(n_rows, _resident(*key) * _sms(device) // splits)
+    elif splits == 1:  # a group of one program waits for itself alone: the one-launch form runs here too
+        groups = min(n_rows, _sms(device))
     if groups:
         try:
             kernel[(groups * splits,)](**arguments, n_groups=groups, PHASE=0, **consts, **options)

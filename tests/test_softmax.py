@@ -89,6 +89,8 @@ def test_bad_input_is_refused(x, kwargs, err):
 # launches.
 PATHS = {"rows": dict(tile=256, row_limit=1024, chunk=64),
          "split": dict(tile=256, row_limit=16, chunk=64, segment=0),
+         # a chunk per row: the one-launch form (rows published a row ahead, counters) in the interpreter too
+         "split, one chunk per row": dict(tile=256, row_limit=16, chunk=1024, segment=0),
          "two-pass": dict(row_limit=16, chunk=32, segment=64),  # several programs per row
          "two-pass, a program per row": dict(row_limit=16, chunk=32, segment=2**20)}
 FORWARD_PATHS = {**PATHS, "rows, default tile": dict(row_limit=1024),
