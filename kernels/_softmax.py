@@ -79,11 +79,17 @@ WIDE = (
     ("forward", 4, 256 * KiB, (65536, 32768, 32)),  # fp32 to 65536 columns: 0.87 (split path 0.77)
     ("forward", 4, None, (0, 4096, 4)),  # wider fp32: 0.74-0.77 (two-pass 0.65-0.73)
     ("forward", 2, 128 * KiB, (131072, 16384, 16)),  # bf16 to 65536 columns: 0.82-0.87 (32768 x 32 warps: 0.68-0.79)
-    ("forward", 2, None, (131072, 32768, 32)),  # wider bf16: 0.61-0.73 (split path 0.53-0.63)
+    ("forward", 2, 256 * KiB, (131072, 32768, 32)),  # bf16 at 131072 columns, one segment: 0.88 (H100)
+    # wider bf16, H100 (one exp per element in the split forward), 262144 / 524288 / 2^20 columns: 0.75 / 0.74 /
+    # 0.70 against 0.67 / 0.68 / 0.68 with segments of 131072 (H200 before: 0.61-0.73), the split path 0.69-0.75
+    ("forward", 2, None, (65536, 32768, 32)),
     ("backward", 4, 512 * KiB, (0, 4096, 4)),  # fp32: 0.87-0.91 to 131072 columns (16 warps: 0.79-0.80)
     ("backward", 4, None, (0, 8192, 4)),  # wider fp32: 0.85 at 262144, 0.71 at 2^20 (chunks of 4096: 0.79, 0.60)
     ("backward", 2, 128 * KiB, (65536, 16384, 32)),  # bf16 to 65536 columns: 0.88 (split path 0.57-0.80)
-    ("backward", 2, 512 * KiB, (16384, 16384, 16)),  # bf16 to 262144: 0.78-0.80 (split path 0.45-0.63)
+    # bf16 to 262144 / 524288 columns, H100: 0.90-0.92 / 0.84-0.85 on the split path (chunks held in bf16)
+    # against 0.83-0.84 / 0.72 with segments of 16384 (H200 at 0.78-0.80 before the split path held bf16)
+    ("backward", 2, 512 * KiB, (0, 8192, 4)),
+    ("backward", 2, 1024 * KiB, (0, 8192, 8)),
     ("backward", 2, None, (65536, 16384, 16)),  # wider bf16: 0.69-0.70 at 2^20 (segments of 16384: 0.41-0.48)
 )
 
