@@ -88,29 +88,50 @@ def living_in_group(pgid: int, besides: int) -> list[int]:
     return found
 
 
+SLOW_CORRECTNESS = b'''
+
+_correctness = correctness
+
+
+@experiment()
+def correctness(s: dict) -> list[dict]:  # injected by a test: still computing when the run is interrupted
+    import time
+    time.sleep(60)
+    return _correctness(s)
+'''
+
+
 @pytest.mark.parametrize("sig, group", [(signal.SIGINT, True), (signal.SIGKILL, True), (signal.SIGKILL, False)])
 def test_an_interrupted_run_leaves_no_table_that_reads_as_complete(project, tmp_path, sig, group):
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it), a kill of everything, and a kill of
-    Snakemake alone: its jobs end with it (lab.job.end_with_workflow) rather than run on beside a recovery."""
+    Snakemake alone: its jobs end with it (lab.job.end_with_workflow) rather than run on beside a recovery.
+    The job is made to compute for a minute, so that it is surely still running when the signal comes (the
+    tiny job itself can finish within end_with_workflow's poll of a second)."""
     target = project / "results/tiny/flash_attention/correctness.parquet"
     job_log = project / "results/tiny/logs/flash_attention/correctness.log"
     job_log.unlink(missing_ok=True)
     out = tmp_path / "snakemake.out"
-    with out.open("w") as sink:
-        proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--cores", "1", "--forcerun",
-                                 "flash_attention", "--", str(target.relative_to(project))],
-                                cwd=project, env=runs_in(project), start_new_session=True, stdout=sink,
-                                stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 300
-        while not (job_log.exists() and "backend=" in job_log.read_text()):  # the job is computing
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
-        (os.killpg if group else os.kill)(proc.pid, sig)
-        deadline = time.monotonic() + 30
-        while living_in_group(proc.pid, besides=proc.pid):  # Snakemake itself not yet reaped: a zombie
-            assert time.monotonic() < deadline, "the run's jobs outlived it"
-            time.sleep(0.2)
-        proc.wait(timeout=120)
+    experiments = project / "workflow/lab/units/flash_attention.py"
+    original = experiments.read_bytes()
+    experiments.write_bytes(original + SLOW_CORRECTNESS)
+    try:
+        with out.open("w") as sink:
+            proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--cores", "1", "--forcerun",
+                                     "flash_attention", "--", str(target.relative_to(project))],
+                                    cwd=project, env=runs_in(project), start_new_session=True, stdout=sink,
+                                    stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + 300
+            while not (job_log.exists() and "backend=" in job_log.read_text()):  # the job is computing
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+            (os.killpg if group else os.kill)(proc.pid, sig)
+            deadline = time.monotonic() + 30
+            while living_in_group(proc.pid, besides=proc.pid):  # Snakemake itself not yet reaped: a zombie
+                assert time.monotonic() < deadline, "the run's jobs outlived it"
+                time.sleep(0.2)
+            proc.wait(timeout=120)
+    finally:
+        experiments.write_bytes(original)
     assert not target.exists()  # Snakemake removed the old table before the job; no new one was finished
     if sig == signal.SIGINT:
         assert "the run was interrupted (Ctrl-C)" in out.read_text() and "A job failed" not in out.read_text()
