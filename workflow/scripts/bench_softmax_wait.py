@@ -40,11 +40,14 @@ per element; fractions of copy, 131072 / 2^20 columns):
 | backward fp32 | 0.96 / 0.78 | 0.76 / 0.72 | 0.91 / 0.92 | 0.91 / 0.92 |
 | backward bf16 | 0.82 / 0.70 | 0.70 / 0.69 | 0.80 / 0.59 | 0.80 / 0.86 |
 
-So the wait itself is not what the split forward loses: with no wait at all it runs no faster (0.83-0.88
-against 0.86-0.92), and polling with relaxed loads is slower than the one atomic everywhere. What it loses is
-the exchange: with no partials published (no chunk max and sum, no stores of them, no arrival) fp32 at 2^20
-runs at 0.92 against 0.86, bf16's two-pass at 0.79 against 0.68; the backward at 2^20 likewise (fp32 0.92
-against 0.78). Other chunk sizes for the split forward in fp32 stay within 0.81-0.87 at 2^20. ``no_store``
+So the wait itself is not what the forwards lose: with no wait at all the split forward runs no faster
+(0.83-0.88 against 0.86-0.92), and polling with relaxed loads is slower than the one atomic everywhere. What
+they lose is the exchange: with no partials published (no chunk max and sum, no stores of them, no arrival)
+fp32 at 2^20 runs at 0.92 against 0.86, bf16's two-pass at 0.79 against 0.68. The backward differs
+(``no_exchange`` changes only the forwards, so its backward columns are a second process of ``none``): without
+the wait fp32 at 2^20 runs at 0.92 against 0.78 (at 131072 0.91 against 0.96), and bf16 at 2^20 measured 0.59
+and 0.86 in the two processes, the spread between processes seen before at that width (tune_softmax.py).
+Other chunk sizes for the split forward in fp32 stay within 0.81-0.87 at 2^20. ``no_store``
 reads above 1 of copy (the output is not written, and the count includes it) and is no guide for bf16's
 two-pass path, where Triton drops the loads with the store. The one exp per element that followed (the chunk's
 exp kept from its partial sum) is the first cut at the exchange's arithmetic.
