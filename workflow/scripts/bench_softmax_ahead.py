@@ -1,5 +1,5 @@
-"""The split backward a row ahead (GPU only; not part of the pipeline): a design for the softmax backward on rows
-wider than 65536 columns, to be measured.
+"""The wide softmax paths run a row ahead (GPU only; not part of the pipeline): designs for rows wider than 65536
+columns, to be measured.
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_softmax_ahead.py out.csv [--widths 262144,1048576]
     PYTHONPATH=.:workflow python workflow/scripts/bench_softmax_ahead.py --check    # the CPU, Triton's interpreter
@@ -13,16 +13,25 @@ programs have had a whole row's time to arrive. Here the backward does the same:
 next row's chunks of y and dy, publishes and arrives for the next row before it waits for this one, and has the
 row after that in flight (three rows of two tensors: 16-bit chunks held in their dtype, converted at use).
 
+The two-pass forward (bf16 rows wider than 65536 columns) waits likewise: a program walks its segment of a row
+for the max and sum, arrives, and waits for the row's other segments before its second walk. Without the
+exchange (bench_softmax_wait.py, H100) it ran at 0.79 of copy at 2^20 columns against 0.68. Here it walks the
+next row's segment first, arrives for it, and only then waits for this row's partials and makes its second walk:
+L2 must then hold two rows' segments of every resident program for the second reads (bf16, one 32-warp program
+an SM: 132 x 2 x 128 KiB = 33 MiB with segments of 65536, half that with 32768, of an L2 of about 50 MB).
+
 Registers a thread and spills of the sm_90a builds (triton 3.9, ptxas, rows of 2^20 columns, unit column
-strides, 16-divisible pointers and row strides), the row-ahead kernel against the committed _split_backward,
+strides, 16-divisible pointers and row strides), the row-ahead backward against the committed _split_backward,
 chunk/warps: fp32 2048/4 128 (96), 4096/4 240 (183), 4096/8 128 (103), 8192/8 241 (187), 8192/16 128 (108), no
 spills; 8192/4 spills 4596 B (92 B), 16384/16 1532 B (68 B). bf16 2048/4 119 (96), 4096/4 219 (183), 4096/8 121
-(102), 8192/8 221 (187), 8192/16 113 (109), no spills; 8192/4 spills 478 B (72 B), 16384/16 372 B (136 B). Not yet
-run on a GPU.
+(102), 8192/8 221 (187), 8192/16 113 (109), no spills; 8192/4 spills 478 B (72 B), 16384/16 372 B (136 B). The
+row-ahead two-pass forward (bf16, FAST, unmasked) against _two_pass_forward, segment/chunk/warps: 32768/8192/16 49
+(48), 32768/16384/16 64 (64), 65536/16384/16 64 (64), 65536/32768/32 53 (53); spills 8 B at chunks of 16384 (none).
+Not yet run on a GPU.
 
-For each width and dtype it times the public ``softmax_backward`` (the committed defaults) and the row-ahead
-kernel over chunk and warps, each checked against torch, beside a copy of the same tensor (do_bench medians;
-fractions of that copy), one CSV row per measurement, and prints the best of each.
+For each width and dtype it times the public ``softmax_backward`` and (bf16) ``softmax`` (the committed
+defaults) and the row-ahead kernels over their sizes, each checked against torch, beside a copy of the same
+tensor (do_bench medians; fractions of that copy), one CSV row per measurement, and prints the best of each.
 """
 from __future__ import annotations
 
@@ -33,11 +42,12 @@ import sys
 import torch
 
 import kernels._softmax as sm  # first: it chooses the backend before triton is imported
-from kernels import softmax_backward
+from kernels import softmax, softmax_backward
 from kernels._triton import tl, triton
 
 BYTES = 2**28
-SIZES = [(2048, 4), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (8192, 16), (16384, 16)]
+SIZES = [(2048, 4), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (8192, 16), (16384, 16)]  # backward: chunk, warps
+SEGMENTS = [(32768, 8192, 16), (32768, 16384, 16), (65536, 16384, 16), (65536, 32768, 32)]  # forward: segment, chunk, warps
 
 
 @triton.jit
@@ -89,6 +99,97 @@ def split_backward_ahead(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n
         y1, dy1 = y2, dy2
 
 
+@triton.jit
+def _first_walk(x_ptr, part, counter, row, x_row, x_col, part_index, first, end, CHUNK: tl.constexpr,
+                SPLITS: tl.constexpr, PHASE: tl.constexpr, EVEN: tl.constexpr):
+    """_two_pass_forward's first walk of one row's segment: its max and sum of exp, published at ``part``
+    (asking L2 to keep the lines for the second walk), then (PHASE 0) an arrival at the row's counter."""
+    r = tl.cast(row, tl.int64)
+    offsets = tl.arange(0, CHUNK)
+    m = tl.full([], -float("inf"), tl.float32)
+    total = tl.full([], 0.0, tl.float32)
+    for start in range(first, end, CHUNK):
+        cols = start + offsets
+        x = sm._load(x_ptr + r * x_row + cols * x_col, cols < end, -float("inf"), EVEN, "evict_last")
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # a chunk of -inf sums to 0, not NaN
+        total = total * tl.exp2((m - m_safe) * sm.LOG2E) + tl.sum(tl.exp2((x - m_safe) * sm.LOG2E), axis=0)
+        m = m_new
+    tl.store(part + part_index, m)
+    tl.store(part + SPLITS + part_index, total)
+    if PHASE == 0:
+        sm._arrive(counter)
+
+
+@triton.jit
+def two_pass_forward_ahead(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col,
+                           n_groups, SEGMENT: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
+                           SPLITS_P2: tl.constexpr, PHASE: tl.constexpr, FAST: tl.constexpr, EVEN: tl.constexpr):
+    """_two_pass_forward (rows of two segments or more), the next row's first walk before this row's wait."""
+    tl.static_assert(SPLITS > 1, "a row of one segment waits for no one: kernels/_softmax.py's path")
+    group, part_index, first, end = sm._segment(n_cols, SEGMENT, SPLITS, True)
+    offsets = tl.arange(0, CHUNK)
+    splits = tl.arange(0, SPLITS_P2)
+    if PHASE != 2:
+        _first_walk(x_ptr, part_ptr + tl.cast(group, tl.int64) * (2 * SPLITS), counter_ptr + group, group, x_row,
+                    x_col, part_index, first, end, CHUNK, SPLITS, PHASE, EVEN)
+    for row in range(group, n_rows, n_groups):
+        r = tl.cast(row, tl.int64)
+        if PHASE != 2:
+            if row + n_groups < n_rows:  # the next row's partials first: the row's segments have a walk's time
+                _first_walk(x_ptr, part_ptr + (r + n_groups) * (2 * SPLITS), counter_ptr + row + n_groups,
+                            row + n_groups, x_row, x_col, part_index, first, end, CHUNK, SPLITS, PHASE, EVEN)
+        if PHASE != 1:
+            if PHASE == 0:
+                sm._wait(counter_ptr + row, SPLITS)
+            part = part_ptr + r * (2 * SPLITS)
+            ms = tl.load(part + splits, mask=splits < SPLITS, other=-float("inf"), volatile=True)
+            ls = tl.load(part + SPLITS + splits, mask=splits < SPLITS, other=0.0, volatile=True)
+            row_max = tl.max(ms, axis=0)
+            scale = 1.0 / tl.sum(ls * tl.exp2((ms - row_max) * sm.LOG2E), axis=0)
+            log2_scale = tl.log2(scale)
+            for start in range(first, end, CHUNK):
+                cols = start + offsets
+                x = sm._load(x_ptr + r * x_row + cols * x_col, cols < end, 0.0, EVEN, "evict_first")
+                if FAST:
+                    y = tl.exp2(tl.fma(x - row_max, sm.LOG2E, log2_scale))
+                else:
+                    y = tl.exp2((x - row_max) * sm.LOG2E) * scale
+                sm._store(out_ptr + r * out_row + cols * out_col, y.to(out_ptr.dtype.element_ty), cols < end, EVEN)
+
+
+def forward_arguments(x: torch.Tensor, out: torch.Tensor) -> dict:
+    return dict(out_ptr=out, x_ptr=x, x_row=x.stride(0), x_col=x.stride(1), out_row=out.stride(0),
+                out_col=out.stride(1))
+
+
+def forward(x: torch.Tensor, segment: int, chunk: int, warps: int) -> torch.Tensor:
+    """Through kernels/_softmax.py's launcher: one cooperative launch on a GPU, two (partials, then output)
+    in the interpreter."""
+    out = torch.empty_like(x)
+    cfg = sm.Settings(True, 1, 0, chunk, warps, segment)
+    sm._split_launch(two_pass_forward_ahead, forward_arguments(x, out), *x.shape, cfg, 2,
+                     EVEN=sm._covers(x.shape[1], cfg), FAST=x.element_size() <= 2)
+    return out
+
+
+def forward_phased(x: torch.Tensor, segment: int, chunk: int, groups: int) -> torch.Tensor:
+    """Two launches (partials, then output) of ``groups`` row groups, fewer than the rows: each program walks
+    several rows, the next row's partials published from the loop, as in the one-launch form (which the
+    interpreter cannot run: it runs programs one after another, and a program there waits for later ones)."""
+    n_rows, n_cols = x.shape
+    splits = triton.cdiv(n_cols, segment)
+    out = torch.empty_like(x)
+    part = torch.empty((n_rows, 2 * splits), dtype=torch.float32, device=x.device)
+    counter = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
+    for phase in (1, 2):
+        two_pass_forward_ahead[(groups * splits,)](
+            **forward_arguments(x, out), part_ptr=part, counter_ptr=counter, n_rows=n_rows, n_cols=n_cols,
+            n_groups=groups, SEGMENT=segment, CHUNK=chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits),
+            PHASE=phase, FAST=False, EVEN=n_cols % chunk == 0 and segment % chunk == 0)
+    return out
+
+
 def backward(y: torch.Tensor, dy: torch.Tensor, chunk: int, warps: int) -> torch.Tensor:
     dx = torch.empty_like(y)
     sm._split_launch(split_backward_ahead, dict(dx_ptr=dx, y_ptr=y, dy_ptr=dy, y_row=y.stride(0), y_col=y.stride(1),
@@ -111,6 +212,17 @@ def check() -> None:
             torch.testing.assert_close(backward(y, dy, chunk, 4).float(), want, atol=tol, rtol=0)
             yt, dyt = y.t().contiguous().t(), dy.t().contiguous().t()  # column strides > 1
             torch.testing.assert_close(backward(yt, dyt, chunk, 4).float(), want, atol=tol, rtol=0)
+    for dtype in (torch.float32, torch.float16):
+        for n_rows, n_cols, segment, chunk in ((5, 128, 64, 32), (7, 100, 32, 16), (4, 97, 64, 32)):
+            x = torch.randn(n_rows, n_cols).to(dtype)
+            x[1, :40] = -float("inf")
+            want = torch.softmax(x.float(), -1)
+            tol = 1e-6 if dtype == torch.float32 else 1e-3
+            torch.testing.assert_close(forward(x, segment, chunk, 4).float(), want, atol=tol, rtol=0)
+            for groups in (1, 2, 3):
+                torch.testing.assert_close(forward_phased(x, segment, chunk, groups).float(), want, atol=tol, rtol=0)
+            xt = x.t().contiguous().t()  # column strides > 1
+            torch.testing.assert_close(forward(xt, segment, chunk, 4).float(), want, atol=tol, rtol=0)
     print("interpreter check passed")
 
 
@@ -121,19 +233,28 @@ def measure(widths: list[int]) -> list[dict]:
     for dtype in (torch.float32, torch.bfloat16):
         for n in widths:
             m = max(1, BYTES // (n * dtype.itemsize))
-            y = torch.softmax(torch.randn(m, n, device="cuda", dtype=torch.float32), -1).to(dtype)
+            x = torch.randn(m, n, device="cuda", dtype=torch.float32)
+            y = torch.softmax(x, -1).to(dtype)
+            x = x.to(dtype)
             dy = torch.randn_like(y)
-            want = torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)
+            want = {"forward": torch.softmax(x.float(), -1),
+                    "backward": torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)}
             copy = torch.empty_like(y)
             copy_gbps = 2 * y.numel() * dtype.itemsize / triton.testing.do_bench(lambda: copy.copy_(y), rep=100) / 1e6
-            runs = [("public", lambda: softmax_backward(y, dy))]
-            runs += [(f"ahead {c}/w{w}", lambda c=c, w=w: backward(y, dy, c, w)) for c, w in SIZES if c <= n]
-            for label, fn in runs:
-                row = dict(dtype=str(dtype)[6:], n_cols=n, n_rows=m, sizes=label, ok=False, error="")
+            runs = [("backward", "public", lambda: softmax_backward(y, dy))]
+            runs += [("backward", f"ahead {c}/w{w}", lambda c=c, w=w: backward(y, dy, c, w)) for c, w in SIZES if c <= n]
+            if dtype == torch.bfloat16:  # fp32 rows this wide take the split forward, already a row ahead
+                runs.append(("forward", "public", lambda: softmax(x)))
+                runs += [("forward", f"ahead {sg}/{c}/w{w}", lambda sg=sg, c=c, w=w: forward(x, sg, c, w))
+                         for sg, c, w in SEGMENTS if sg < n]
+            for direction, label, fn in runs:
+                row = dict(direction=direction, dtype=str(dtype)[6:], n_cols=n, n_rows=m, sizes=label, ok=False,
+                           error="")
                 try:
-                    out = fn().float()
-                    err = ((out - want).abs().max() / want.abs().max()).item()
-                    gbps = 3 * y.numel() * dtype.itemsize / triton.testing.do_bench(fn, rep=60) / 1e6
+                    out, ref = fn().float(), want[direction]
+                    err = ((out - ref).abs().max() / ref.abs().max()).item()
+                    moved = (2 if direction == "forward" else 3) * y.numel() * dtype.itemsize
+                    gbps = moved / triton.testing.do_bench(fn, rep=60) / 1e6
                     row.update(gbps=gbps, of_copy=gbps / copy_gbps, rel_err=err,
                                ok=err <= (1e-5 if dtype == torch.float32 else 2e-2))
                 except Exception as e:  # noqa: BLE001  (a size that does not compile or launch is a data point)
@@ -160,8 +281,8 @@ def main() -> None:
     table = pd.DataFrame(measure(args.widths))
     table.to_csv(args.out, index=False)
     ok = table[table.ok]
-    best = ok.loc[ok.groupby(["dtype", "n_cols", ok.sizes == "public"]).of_copy.idxmax()]
-    print(best[["dtype", "n_cols", "sizes", "of_copy"]].round(3).to_string(index=False))
+    best = ok.loc[ok.groupby(["direction", "dtype", "n_cols", ok.sizes == "public"]).of_copy.idxmax()]
+    print(best[["direction", "dtype", "n_cols", "sizes", "of_copy"]].round(3).to_string(index=False))
     bad = table[~table.ok]  # wrong, or failed (its error said)
     if len(bad):
         print(f"{len(bad)} runs wrong or failed:", os.linesep, bad.to_string(index=False))
