@@ -18,11 +18,12 @@ backward for autograd:
 - wider rows: a row is split into chunks, one per program, and a group of programs shares the row (and
   then the group's next rows). Each program keeps its chunk in registers, publishes the chunk's max and
   sum of exp, counts itself in at the row's counter, waits until the whole group has, combines the
-  partials and writes its chunk: still one read and one write. The wait needs every program of a group
+  partials and writes its chunk (the forward keeps its chunk's exp(x - chunk max) from the partial sum and
+  rescales it: one exp per element): still one read and one write. The wait needs every program of a group
   resident at once, so the grid never exceeds what fits on the GPU at a time (read from the compiled
   kernel). Triton's interpreter runs programs one after another, where the wait would never end, so
   there (and on a GPU too small for one row's group) the same kernel runs in two launches, partials
-  first, and the second reads x again.
+  first, and the second reads x again; a row of one chunk, whose program waits for itself, keeps one.
 - wider rows, two-pass: a program walks its row, or its segment of a row, twice in chunks: the max and the
   sum of exp first, then the output. The first walk asks L2 to keep the lines, so that while the segments
   of the resident programs fit there the second read comes from L2 and memory still sees one read and one
@@ -45,7 +46,7 @@ __all__ = ["softmax", "softmax_backward", "softmax_ref", "softmax_naive", "softm
 BUGGY_BLOCK_SIZE = 1024  # the writeup's hard-coded value
 
 # Sizes chosen on an H200 (workflow/scripts/tune_softmax.py, and the benches its docstring records; bf16 and
-# fp32, rows of 128..2^20 columns; fractions of a device copy).
+# fp32, rows of 128..2^20 columns; fractions of a device copy), some of the WIDE table's on an H100 (so marked).
 # The rows path. Forward: a tile of TILE_BYTES of input per program for narrow rows (one row at least), one row
 # per program up to ROW_LIMIT columns (next power of two); 4 warps up to SMALL_TILE elements per program, else 16
 # (bf16 rows of 4096 columns: 0.97 with 4 warps, 0.81 with 16). 16-bit rows end the rows path at PREFETCH_FROM
