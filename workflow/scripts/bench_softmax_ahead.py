@@ -36,7 +36,6 @@ tensor (do_bench medians; fractions of that copy), one CSV row per measurement, 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import torch
@@ -44,6 +43,7 @@ import torch
 import kernels._softmax as sm  # first: it chooses the backend before triton is imported
 from kernels import softmax, softmax_backward
 from kernels._triton import tl, triton
+from softmax_bench_rows import summarize, timed  # a sibling: scripts run with their folder on sys.path
 
 BYTES = 2**28
 SIZES = [(2048, 4), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (8192, 16), (16384, 16)]  # backward: chunk, warps
@@ -248,19 +248,9 @@ def measure(widths: list[int]) -> list[dict]:
                 runs += [("forward", f"ahead {sg}/{c}/w{w}", lambda sg=sg, c=c, w=w: forward(x, sg, c, w))
                          for sg, c, w in SEGMENTS if sg < n]
             for direction, label, fn in runs:
-                row = dict(direction=direction, dtype=str(dtype)[6:], n_cols=n, n_rows=m, sizes=label, ok=False,
-                           error="")
-                try:
-                    out, ref = fn().float(), want[direction]
-                    err = ((out - ref).abs().max() / ref.abs().max()).item()
-                    moved = (2 if direction == "forward" else 3) * y.numel() * dtype.itemsize
-                    gbps = moved / triton.testing.do_bench(fn, rep=60) / 1e6
-                    row.update(gbps=gbps, of_copy=gbps / copy_gbps, rel_err=err,
-                               ok=err <= (1e-5 if dtype == torch.float32 else 2e-2))
-                except Exception as e:  # noqa: BLE001  (a size that does not compile or launch is a data point)
-                    row.update(error=f"{type(e).__name__}: {str(e)[:200]}")
-                rows.append(row)
-                print(row, flush=True)
+                moved = (2 if direction == "forward" else 3) * y.numel() * dtype.itemsize
+                rows.append(timed(fn, want[direction], moved, copy_gbps, 1e-5 if dtype == torch.float32 else 2e-2,
+                                  direction=direction, dtype=str(dtype)[6:], n_cols=n, n_rows=m, sizes=label))
     return rows
 
 
@@ -280,12 +270,7 @@ def main() -> None:
 
     table = pd.DataFrame(measure(args.widths))
     table.to_csv(args.out, index=False)
-    ok = table[table.ok]
-    best = ok.loc[ok.groupby(["direction", "dtype", "n_cols", ok.sizes == "public"]).of_copy.idxmax()]
-    print(best[["direction", "dtype", "n_cols", "sizes", "of_copy"]].round(3).to_string(index=False))
-    bad = table[~table.ok]  # wrong, or failed (its error said)
-    if len(bad):
-        print(f"{len(bad)} runs wrong or failed:", os.linesep, bad.to_string(index=False))
+    summarize(table)
 
 
 if __name__ == "__main__":

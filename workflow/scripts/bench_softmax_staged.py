@@ -44,7 +44,6 @@ same tensor (do_bench medians; fractions of that copy), one CSV row per measurem
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import torch
@@ -52,6 +51,7 @@ import torch
 import kernels._softmax as sm  # first: it chooses the backend before triton is imported
 from kernels import softmax, softmax_backward
 from kernels._triton import tl, triton
+from softmax_bench_rows import summarize, timed  # a sibling: scripts run with their folder on sys.path
 
 LOG2E = sm.LOG2E
 BYTES = 2**28
@@ -207,17 +207,9 @@ def measure(widths: list[int], sizes: list[tuple[int, int, int]]) -> list[dict]:
                                  if direction == "forward" else (lambda c=chunk, w=warps, s=stages: backward(y, dy, c, w, s))))
             for direction, label, fn in runs:
                 moved = (2 if direction == "forward" else 3) * x.numel() * dtype.itemsize
-                row = dict(direction=direction, dtype=str(dtype)[6:], n_cols=n, n_rows=x.shape[0], sizes=label,
-                           ok=False, error="")
-                try:
-                    err = (fn().float() - want[direction].float()).abs().max().item()
-                    gbps = moved / triton.testing.do_bench(fn, rep=60) / 1e6
-                    row.update(gbps=gbps, of_copy=gbps / copy_gbps, max_err=err,
-                               ok=err <= (1e-5 if dtype == torch.float32 else 2e-2))
-                except Exception as e:  # noqa: BLE001  (a size that does not compile or launch is a data point)
-                    row.update(error=f"{type(e).__name__}: {str(e)[:200]}")
-                rows.append(row)
-                print(row, flush=True)
+                rows.append(timed(fn, want[direction].float(), moved, copy_gbps,
+                                  1e-5 if dtype == torch.float32 else 2e-2, direction=direction,
+                                  dtype=str(dtype)[6:], n_cols=n, n_rows=x.shape[0], sizes=label))
     return rows
 
 
@@ -238,12 +230,7 @@ def main() -> None:
 
     table = pd.DataFrame(measure(args.widths, QUICK if args.quick else SIZES))
     table.to_csv(args.out, index=False)
-    ok = table[table.ok]
-    best = ok.loc[ok.groupby(["direction", "dtype", "n_cols", ok.sizes == "public"]).of_copy.idxmax()]
-    print(best[["direction", "dtype", "n_cols", "sizes", "of_copy"]].round(3).to_string(index=False))
-    bad = table[~table.ok]  # wrong, or failed (its error said)
-    if len(bad):
-        print(f"{len(bad)} runs wrong or failed:", os.linesep, bad.to_string(index=False))
+    summarize(table)
 
 
 if __name__ == "__main__":
