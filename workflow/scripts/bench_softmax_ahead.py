@@ -43,7 +43,7 @@ import torch
 import kernels._softmax as sm  # first: it chooses the backend before triton is imported
 from kernels import softmax, softmax_backward
 from kernels._triton import tl, triton
-from softmax_bench_rows import summarize, timed  # a sibling: scripts run with their folder on sys.path
+from softmax_bench_rows import copy_gbps, summarize, timed  # a sibling: scripts run with their folder on sys.path
 
 BYTES = 2**28
 SIZES = [(2048, 4), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (8192, 16), (16384, 16)]  # backward: chunk, warps
@@ -227,8 +227,6 @@ def check() -> None:
 
 
 def measure(widths: list[int]) -> list[dict]:
-    import triton.testing
-
     rows = []
     for dtype in (torch.float32, torch.bfloat16):
         for n in widths:
@@ -239,8 +237,7 @@ def measure(widths: list[int]) -> list[dict]:
             dy = torch.randn_like(y)
             want = {"forward": torch.softmax(x.float(), -1),
                     "backward": torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)}
-            copy = torch.empty_like(y)
-            copy_gbps = 2 * y.numel() * dtype.itemsize / triton.testing.do_bench(lambda: copy.copy_(y), rep=100) / 1e6
+            copy_rate = copy_gbps(y)
             runs = [("backward", "public", lambda: softmax_backward(y, dy))]
             runs += [("backward", f"ahead {c}/w{w}", lambda c=c, w=w: backward(y, dy, c, w)) for c, w in SIZES if c <= n]
             if dtype == torch.bfloat16:  # fp32 rows this wide take the split forward, already a row ahead
@@ -249,7 +246,7 @@ def measure(widths: list[int]) -> list[dict]:
                          for sg, c, w in SEGMENTS if sg < n]
             for direction, label, fn in runs:
                 moved = (2 if direction == "forward" else 3) * y.numel() * dtype.itemsize
-                rows.append(timed(fn, want[direction], moved, copy_gbps, 1e-5 if dtype == torch.float32 else 2e-2,
+                rows.append(timed(fn, want[direction], moved, copy_rate, 1e-5 if dtype == torch.float32 else 2e-2,
                                   direction=direction, dtype=str(dtype)[6:], n_cols=n, n_rows=m, sizes=label))
     return rows
 

@@ -51,7 +51,7 @@ import torch
 import kernels._softmax as sm  # first: it chooses the backend before triton is imported
 from kernels import softmax, softmax_backward
 from kernels._triton import tl, triton
-from softmax_bench_rows import summarize, timed  # a sibling: scripts run with their folder on sys.path
+from softmax_bench_rows import copy_gbps, summarize, timed  # a sibling: scripts run with their folder on sys.path
 
 LOG2E = sm.LOG2E
 BYTES = 2**28
@@ -186,16 +186,13 @@ def check() -> None:
 
 
 def measure(widths: list[int], sizes: list[tuple[int, int, int]]) -> list[dict]:
-    import triton.testing
-
     rows = []
     for dtype in (torch.float32, torch.bfloat16):
         for n in widths:
             x = torch.randn(max(1, BYTES // (n * dtype.itemsize)), n, device="cuda", dtype=dtype)
             y, dy = torch.softmax(x, -1), torch.randn_like(x)
             want = {"forward": y, "backward": torch._softmax_backward_data(dy, y, -1, dtype)}
-            copy = torch.empty_like(x)
-            copy_gbps = 2 * x.numel() * dtype.itemsize / triton.testing.do_bench(lambda: copy.copy_(x), rep=100) / 1e6
+            copy_rate = copy_gbps(x)
             runs = [("forward", "public", lambda: softmax(x)), ("backward", "public", lambda: softmax_backward(y, dy))]
             for chunk, warps, stages in sizes:
                 for direction in ("forward", "backward"):
@@ -207,7 +204,7 @@ def measure(widths: list[int], sizes: list[tuple[int, int, int]]) -> list[dict]:
                                  if direction == "forward" else (lambda c=chunk, w=warps, s=stages: backward(y, dy, c, w, s))))
             for direction, label, fn in runs:
                 moved = (2 if direction == "forward" else 3) * x.numel() * dtype.itemsize
-                rows.append(timed(fn, want[direction].float(), moved, copy_gbps,
+                rows.append(timed(fn, want[direction].float(), moved, copy_rate,
                                   1e-5 if dtype == torch.float32 else 2e-2, direction=direction,
                                   dtype=str(dtype)[6:], n_cols=n, n_rows=x.shape[0], sizes=label))
     return rows

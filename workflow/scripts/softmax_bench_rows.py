@@ -1,8 +1,17 @@
 """What the softmax bench scripts (bench_softmax_staged.py, bench_softmax_ahead.py) share: one timed and
-checked CSV row per run, and the summary of a table of them."""
+checked CSV row per run, the copy each run is a fraction of, and the summary of a table of them."""
 from __future__ import annotations
 
 import os
+
+
+def copy_gbps(t) -> float:
+    """GB/s of a device copy of tensor ``t`` (one read, one write; do_bench median): what a run's GB/s is divided by."""
+    import torch
+    import triton.testing
+
+    out = torch.empty_like(t)
+    return 2 * t.numel() * t.element_size() / triton.testing.do_bench(lambda: out.copy_(t), rep=100) / 1e6
 
 
 def timed(fn, ref, moved: int, copy_gbps: float, tol: float, **labels) -> dict:
