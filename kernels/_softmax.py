@@ -84,8 +84,10 @@ WIDE = (
     # wider bf16, H100 (one exp per element in the split forward), 262144 / 524288 / 2^20 columns: 0.75 / 0.74 /
     # 0.70 against 0.67 / 0.68 / 0.68 with segments of 131072 (H200 before: 0.61-0.73), the split path 0.69-0.75
     ("forward", 2, None, (65536, 32768, 32)),
-    ("backward", 4, 512 * KiB, (0, 4096, 4)),  # fp32: 0.87-0.91 to 131072 columns (16 warps: 0.79-0.80)
-    ("backward", 4, None, (0, 8192, 4)),  # wider fp32: 0.85 at 262144, 0.71 at 2^20 (chunks of 4096: 0.79, 0.60)
+    # fp32, H100, run a row ahead (BACKWARD_AHEAD_FROM), 65536 / 262144 / 524288 / 2^20 columns: 0.99 / 0.99 /
+    # 0.96 / 0.94 (chunks of 2048 x 4 warps 0.98 / 0.98 / 0.97 / 0.94; 8192 x 8 0.96 / 0.96 / 0.92 / 0.87);
+    # a row at a time, 4096 x 4 to 131072 columns then 8192 x 4: 0.98 / 0.96 / 0.86 / 0.78
+    ("backward", 4, None, (0, 4096, 8)),
     ("backward", 2, 128 * KiB, (65536, 16384, 32)),  # bf16 to 65536 columns: 0.88 (split path 0.57-0.80)
     # bf16 to 262144 / 524288 columns, H100: 0.90-0.92 / 0.84-0.85 on the split path (chunks held in bf16)
     # against 0.83-0.84 / 0.72 with segments of 16384 (H200 at 0.78-0.80 before the split path held bf16)
@@ -93,6 +95,10 @@ WIDE = (
     ("backward", 2, 1024 * KiB, (0, 8192, 8)),
     ("backward", 2, None, (65536, 16384, 16)),  # wider bf16: 0.69-0.70 at 2^20 (segments of 16384: 0.41-0.48)
 )
+# From this element size the split backward runs a row ahead (Settings.ahead). 16-bit rows do not: on an H100
+# their best row-ahead sizes ran at 0.74 / 0.69 / 0.67 of copy at 65536 / 262144 / 2^20 columns against 0.95 /
+# 0.90 / 0.72 a row at a time (chunks of 2048..8192, 4..16 warps; workflow/scripts/bench_softmax_ahead.py).
+BACKWARD_AHEAD_FROM = 4
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -321,40 +327,70 @@ def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row,
 
 
 @triton.jit
+def _load_pair(y_ptr, dy_ptr, row, y_row, y_col, dy_row, dy_col, cols, n_cols, n_rows):
+    """Row ``row``'s chunks of y and dy, held in their own dtype (half the registers for bf16) and converted
+    at use; zeros past the row, or for a row past the last (the loop reads ahead)."""
+    present = _row_mask(cols, n_cols, row, n_rows)
+    r = tl.cast(row, tl.int64)
+    return (tl.load(y_ptr + r * y_row + cols * y_col, mask=present, other=0.0),
+            tl.load(dy_ptr + r * dy_row + cols * dy_col, mask=present, other=0.0))
+
+
+@triton.jit
+def _dot(y, dy):
+    return tl.sum(y.to(tl.float32) * dy.to(tl.float32), axis=0)
+
+
+@triton.jit
 def _split_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols, y_row, y_col, dy_row, dy_col,
                     dx_row, dx_col, n_groups, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
-                    SPLITS_P2: tl.constexpr, PHASE: tl.constexpr):
+                    SPLITS_P2: tl.constexpr, PHASE: tl.constexpr, AHEAD: tl.constexpr):
     """_split_forward's layout for dx = y * (dy - sum(y * dy)); the partial is each chunk's sum(y * dy).
-    It reads the next row before it waits, but does not run a row ahead (that would hold three rows of
-    two tensors)."""
+    It reads the next row before it waits. AHEAD: it runs a row ahead as _split_forward does, publishing and
+    counting in for the next row before it waits for this one, so that the group's other programs have had a
+    row's time to arrive; it then holds three rows of two tensors (see BACKWARD_AHEAD_FROM)."""
     pid = tl.program_id(0)
     group = pid // SPLITS
     chunk = pid % SPLITS
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
-    cmask = cols < n_cols
     splits = tl.arange(0, SPLITS_P2)
-    first = tl.cast(group, tl.int64)
-    present = _row_mask(cols, n_cols, group, n_rows)
-    # Chunks are held in their own dtype (half the registers for bf16) and converted at use.
-    y = tl.load(y_ptr + first * y_row + cols * y_col, mask=present, other=0.0)
-    dy = tl.load(dy_ptr + first * dy_row + cols * dy_col, mask=present, other=0.0)
+    y, dy = _load_pair(y_ptr, dy_ptr, group, y_row, y_col, dy_row, dy_col, cols, n_cols, n_rows)
+    if AHEAD:
+        if PHASE != 2:
+            tl.store(part_ptr + tl.cast(group, tl.int64) * SPLITS + chunk, _dot(y, dy))
+            if PHASE == 0:
+                _arrive(counter_ptr + group)
+        y_next, dy_next = _load_pair(y_ptr, dy_ptr, group + n_groups, y_row, y_col, dy_row, dy_col, cols, n_cols,
+                                     n_rows)
     for row in range(group, n_rows, n_groups):
         r = tl.cast(row, tl.int64)
         part = part_ptr + r * SPLITS
-        if PHASE != 2:
-            tl.store(part + chunk, tl.sum(y.to(tl.float32) * dy.to(tl.float32), axis=0))
-        more = _row_mask(cols, n_cols, row + n_groups, n_rows)
-        y_next = tl.load(y_ptr + (r + n_groups) * y_row + cols * y_col, mask=more, other=0.0)
-        dy_next = tl.load(dy_ptr + (r + n_groups) * dy_row + cols * dy_col, mask=more, other=0.0)
+        if AHEAD:
+            if PHASE != 2:
+                if row + n_groups < n_rows:
+                    tl.store(part_ptr + (r + n_groups) * SPLITS + chunk, _dot(y_next, dy_next))
+                    if PHASE == 0:
+                        _arrive(counter_ptr + row + n_groups)
+            y_after, dy_after = _load_pair(y_ptr, dy_ptr, row + 2 * n_groups, y_row, y_col, dy_row, dy_col, cols,
+                                           n_cols, n_rows)
+        else:
+            if PHASE != 2:
+                tl.store(part + chunk, _dot(y, dy))
+            y_after, dy_after = _load_pair(y_ptr, dy_ptr, row + n_groups, y_row, y_col, dy_row, dy_col, cols,
+                                           n_cols, n_rows)
+            if PHASE == 0:
+                _arrive(counter_ptr + row)
         if PHASE == 0:
-            _arrive(counter_ptr + row)
             _wait(counter_ptr + row, SPLITS)
         if PHASE != 1:
             dot = tl.sum(tl.load(part + splits, mask=splits < SPLITS, other=0.0, volatile=True), axis=0)
             dx = y.to(tl.float32) * (dy.to(tl.float32) - dot)
-            tl.store(dx_ptr + r * dx_row + cols * dx_col, dx.to(dx_ptr.dtype.element_ty), mask=cmask)
-        y = y_next
-        dy = dy_next
+            tl.store(dx_ptr + r * dx_row + cols * dx_col, dx.to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
+        if AHEAD:
+            y, dy = y_next, dy_next
+            y_next, dy_next = y_after, dy_after
+        else:
+            y, dy = y_after, dy_after
 
 
 @triton.jit
@@ -483,6 +519,7 @@ class Settings:
     segment: int = 0
     reload: bool = False  # the backward's rows path reads y and dy a second time rather than hold them
     prefetch: bool = False  # the forward's rows path: a program per SM, each loading its next tile early
+    ahead: bool = False  # the backward's split path runs a row ahead (_split_backward's AHEAD)
 
 
 MAX_COLS = 2**31 - 2**16  # column offsets are 32-bit in every path, a chunk (<= 32768) past the last column included
@@ -491,12 +528,13 @@ MAX_COLS = 2**31 - 2**16  # column offsets are 32-bit in every path, a chunk (<=
 def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, bf16: bool = False,
                     tile: int | None = None, row_limit: int | None = None, chunk: int | None = None,
                     warps: int | None = None, segment: int | None = None, reload: bool | None = None,
-                    prefetch: bool | None = None) -> Settings:
+                    prefetch: bool | None = None, ahead: bool | None = None) -> Settings:
     """The one place softmax's sizes are chosen (the tuned defaults above), by row width, element size,
     direction, and (bf16) whether 16-bit rows are bf16. Keyword overrides, for tuning and tests, replace a
     default each (the others stay the width's defaults): row_limit (columns) moves the rows path's end,
-    segment picks the path past it (0: split, > 0: two-pass). Sizes are in elements; the forward's default
-    tile holds TILE_BYTES of input. Raises ValueError past MAX_COLS columns."""
+    segment picks the path past it (0: split, > 0: two-pass), ahead whether a split backward runs a row
+    ahead. Sizes are in elements; the forward's default tile holds TILE_BYTES of input. Raises ValueError
+    past MAX_COLS columns."""
     if not 1 <= n_cols <= MAX_COLS:
         raise ValueError(f"n_cols must be 1..{MAX_COLS} (column offsets are 32-bit), got {n_cols}")
     block_n = triton.next_power_of_2(n_cols)
@@ -518,7 +556,9 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
     default = next(sizes for d, size, widest, sizes in WIDE if d == direction and size == (4 if element_size >= 4 else 2)
                    and (widest is None or n_cols * element_size <= widest))
     segment = default[0] if segment is None else segment
-    return Settings(True, 1, 0, chunk or default[1], warps or default[2], segment)
+    default_ahead = backward and element_size >= BACKWARD_AHEAD_FROM
+    return Settings(True, 1, 0, chunk or default[1], warps or default[2], segment,
+                    ahead=backward and not segment and (default_ahead if ahead is None else ahead))
 
 
 @functools.lru_cache(maxsize=None)
@@ -648,7 +688,8 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
     if cfg.split:
         _split_launch(_two_pass_backward if cfg.segment else _split_backward,
                       dict(dx_ptr=dx, y_ptr=y, dy_ptr=dy, y_row=y.stride(0), y_col=y.stride(1), dy_row=dy.stride(0),
-                           dy_col=dy.stride(1), dx_row=dx.stride(0), dx_col=dx.stride(1)), n_rows, n_cols, cfg, 1)
+                           dy_col=dy.stride(1), dx_row=dx.stride(0), dx_col=dx.stride(1)), n_rows, n_cols, cfg, 1,
+                      **({} if cfg.segment else dict(AHEAD=cfg.ahead)))
     else:
         even = n_cols == cfg.block_n and n_rows % cfg.block_m == 0
         _rows_backward[(triton.cdiv(n_rows, cfg.block_m),)](dx, y, dy, n_rows, n_cols, *strides, BLOCK_M=cfg.block_m,

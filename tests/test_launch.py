@@ -146,6 +146,17 @@ def test_every_width_past_the_rows_path_has_an_entry_of_the_wide_table(element_s
     assert chosen == sorted(chosen)
 
 
+def test_only_the_split_backward_runs_a_row_ahead_and_from_its_element_size():
+    for n_cols in (65536, 2**20):
+        for element_size in (2, 4, 8):
+            cfg = sm.launch_settings(n_cols, element_size, backward=True, segment=0)
+            assert cfg.ahead == (element_size >= sm.BACKWARD_AHEAD_FROM)
+            assert sm.launch_settings(n_cols, element_size, backward=True, segment=0, ahead=not cfg.ahead).ahead != cfg.ahead
+            assert not sm.launch_settings(n_cols, element_size, backward=True, segment=1024, ahead=True).ahead
+            assert not sm.launch_settings(n_cols, element_size, segment=0, ahead=True).ahead  # a forward's is fixed
+    assert not sm.launch_settings(4096, 4, backward=True, ahead=True).ahead  # the rows path has no groups to wait on
+
+
 @pytest.mark.parametrize("n_cols", [0, sm.MAX_COLS + 1])
 def test_softmax_refuses_a_width_past_its_cap_naming_it(n_cols):
     with pytest.raises(ValueError, match=rf"n_cols must be 1\.\.{sm.MAX_COLS} .* got {n_cols}"):

@@ -98,7 +98,12 @@ FORWARD_PATHS = {**PATHS, "rows, default tile": dict(row_limit=1024),
                  "rows, prefetching": dict(tile=256, row_limit=1024, prefetch=True),
                  "rows, prefetching a row at a time": dict(tile=1, row_limit=1024, prefetch=True)}
 BACKWARD_PATHS = {**PATHS, "rows, y and dy read twice": dict(tile=256, row_limit=1024, reload=True),
-                  "rows, y and dy held": dict(tile=256, row_limit=1024, reload=False)}
+                  "rows, y and dy held": dict(tile=256, row_limit=1024, reload=False),
+                  # the split backward's two forms whatever the dtype's default (fp32 runs a row ahead)
+                  "split, a row ahead": dict(PATHS["split"], ahead=True),
+                  "split, a row at a time": dict(PATHS["split"], ahead=False),
+                  "split, one chunk per row, a row ahead": dict(PATHS["split, one chunk per row"], ahead=True),
+                  "split, one chunk per row, a row at a time": dict(PATHS["split, one chunk per row"], ahead=False)}
 
 
 def forward(x, path):

@@ -1,17 +1,15 @@
-"""The wide softmax paths run a row ahead (GPU only; not part of the pipeline): designs for rows wider than 65536
-columns, to be measured.
+"""The wide softmax paths a row ahead (GPU only; not part of the pipeline): the split backward's two forms,
+and a row-ahead two-pass forward, for rows wider than 32768 columns.
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_softmax_ahead.py out.csv [--widths 262144,1048576]
     PYTHONPATH=.:workflow python workflow/scripts/bench_softmax_ahead.py --check    # the CPU, Triton's interpreter
 
-kernels/_softmax.py's split backward publishes a row's partial (its chunk's sum(y * dy)), issues the next row's
-loads, then arrives at the row's counter and waits there at once: every program of a group meets the slowest
-at every row. bench_softmax_wait.py measured what that costs on an H100: without the wait (wrong results) the
-fp32 backward at 2^20 columns ran at 0.92 of copy against 0.78. The split forward does not pay it, as it runs a
-row ahead: it publishes the next row's partials before it waits for this row's, so that the group's other
-programs have had a whole row's time to arrive. Here the backward does the same: it holds this row's and the
-next row's chunks of y and dy, publishes and arrives for the next row before it waits for this one, and has the
-row after that in flight (three rows of two tensors: 16-bit chunks held in their dtype, converted at use).
+The split backward (kernels/_softmax.py) publishes a row's partial (its chunk's sum(y * dy)), issues the next
+row's loads, then arrives at the row's counter and waits there at once: every program of a group meets the
+slowest at every row. bench_softmax_wait.py measured what that costs on an H100: without the wait (wrong
+results) the fp32 backward at 2^20 columns ran at 0.92 of copy against 0.78. Its AHEAD form runs a row ahead
+as the split forward does: it holds this row's and the next row's chunks of y and dy, publishes and arrives for
+the next row before it waits for this one, and has the row after that in flight (three rows of two tensors).
 
 The two-pass forward (bf16 rows wider than 65536 columns) waits likewise: a program walks its segment of a row
 for the max and sum, arrives, and waits for the row's other segments before its second walk. Without the
@@ -20,18 +18,29 @@ next row's segment first, arrives for it, and only then waits for this row's par
 L2 must then hold two rows' segments of every resident program for the second reads (bf16, one 32-warp program
 an SM: 132 x 2 x 128 KiB = 33 MiB with segments of 65536, half that with 32768, of an L2 of about 50 MB).
 
+Measured on an H100 (do_bench medians, fractions of a copy of the same tensor; 65536 / 131072 / 262144 /
+524288 / 2^20 columns), against the defaults of the time (fp32 backward a row at a time, chunks of 4096 x 4
+warps to 131072 columns, then 8192 x 4):
+- fp32 backward a row ahead, 4096 x 8 warps: 0.99 / 1.00 / 0.99 / 0.96 / 0.94 against 0.98 / 0.98 / 0.95 /
+  0.86 / 0.78; 2048 x 4 within 0.01 of it, 8192 x 8 and 8192 x 16 0.87-0.98; 8192 x 4 and 16384 x 16 spill
+  and run at 0.11-0.15. Kept: the fp32 default (BACKWARD_AHEAD_FROM).
+- bf16 backward a row ahead, best of the sizes: 0.75 / 0.74 / 0.72 / 0.70 / 0.67 against 0.95 / 0.92 / 0.90 /
+  0.84 / 0.72 a row at a time. Not kept.
+- bf16 two-pass forward a row ahead, best of the segments: 0.65 at every width against 0.92 / 0.89 / 0.75 /
+  0.74 / 0.70. Not kept.
+
 Registers a thread and spills of the sm_90a builds (triton 3.9, ptxas, rows of 2^20 columns, unit column
-strides, 16-divisible pointers and row strides), the row-ahead backward against the committed _split_backward,
+strides, 16-divisible pointers and row strides), the row-ahead backward against the row-at-a-time one,
 chunk/warps: fp32 2048/4 128 (96), 4096/4 240 (183), 4096/8 128 (103), 8192/8 241 (187), 8192/16 128 (108), no
 spills; 8192/4 spills 4596 B (92 B), 16384/16 1532 B (68 B). bf16 2048/4 119 (96), 4096/4 219 (183), 4096/8 121
 (102), 8192/8 221 (187), 8192/16 113 (109), no spills; 8192/4 spills 478 B (72 B), 16384/16 372 B (136 B). The
 row-ahead two-pass forward (bf16, FAST, unmasked) against _two_pass_forward, segment/chunk/warps: 32768/8192/16 49
 (48), 32768/16384/16 64 (64), 65536/16384/16 64 (64), 65536/32768/32 53 (53); spills 8 B at chunks of 16384 (none).
-Not yet run on a GPU.
 
-For each width and dtype it times the public ``softmax_backward`` and (bf16) ``softmax`` (the committed
-defaults) and the row-ahead kernels over their sizes, each checked against torch, beside a copy of the same
-tensor (do_bench medians; fractions of that copy), one CSV row per measurement, and prints the best of each.
+For each width and dtype it times the public ``softmax_backward`` and (bf16) ``softmax`` (the defaults) and the
+split backward in both forms and the row-ahead forward over their sizes, each checked against torch, beside a
+copy of the same tensor (do_bench medians; fractions of that copy), one CSV row per measurement, and prints the
+best of each.
 """
 from __future__ import annotations
 
@@ -48,55 +57,6 @@ from softmax_bench_rows import copy_gbps, summarize, timed  # a sibling: scripts
 BYTES = 2**28
 SIZES = [(2048, 4), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (8192, 16), (16384, 16)]  # backward: chunk, warps
 SEGMENTS = [(32768, 8192, 16), (32768, 16384, 16), (65536, 16384, 16), (65536, 32768, 32)]  # forward: segment, chunk, warps
-
-
-@triton.jit
-def _load_pair(y_ptr, dy_ptr, row, y_row, y_col, dy_row, dy_col, cols, n_cols, n_rows):
-    """Row ``row``'s chunks of y and dy in their dtype; zeros past the row, or for a row past the last."""
-    present = sm._row_mask(cols, n_cols, row, n_rows)
-    r = tl.cast(row, tl.int64)
-    y = tl.load(y_ptr + r * y_row + cols * y_col, mask=present, other=0.0)
-    dy = tl.load(dy_ptr + r * dy_row + cols * dy_col, mask=present, other=0.0)
-    return y, dy
-
-
-@triton.jit
-def _publish(y, dy, part, counter, chunk, PHASE: tl.constexpr):
-    """Store a chunk's partial sum(y * dy) and (PHASE 0) count in at its row's counter."""
-    tl.store(part + chunk, tl.sum(y.to(tl.float32) * dy.to(tl.float32), axis=0))
-    if PHASE == 0:
-        sm._arrive(counter)
-
-
-@triton.jit
-def split_backward_ahead(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols, y_row, y_col, dy_row, dy_col,
-                         dx_row, dx_col, n_groups, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
-                         SPLITS_P2: tl.constexpr, PHASE: tl.constexpr):
-    """_split_backward's layout and phases, run a row ahead as _split_forward is."""
-    pid = tl.program_id(0)
-    group = pid // SPLITS
-    chunk = pid % SPLITS
-    cols = chunk * CHUNK + tl.arange(0, CHUNK)
-    splits = tl.arange(0, SPLITS_P2)
-    y, dy = _load_pair(y_ptr, dy_ptr, group, y_row, y_col, dy_row, dy_col, cols, n_cols, n_rows)
-    if PHASE != 2:
-        _publish(y, dy, part_ptr + tl.cast(group, tl.int64) * SPLITS, counter_ptr + group, chunk, PHASE)
-    y1, dy1 = _load_pair(y_ptr, dy_ptr, group + n_groups, y_row, y_col, dy_row, dy_col, cols, n_cols, n_rows)
-    for row in range(group, n_rows, n_groups):
-        r = tl.cast(row, tl.int64)
-        if PHASE != 2:
-            if row + n_groups < n_rows:  # the next row's partial first: the group has a row's time to arrive
-                _publish(y1, dy1, part_ptr + (r + n_groups) * SPLITS, counter_ptr + row + n_groups, chunk, PHASE)
-        y2, dy2 = _load_pair(y_ptr, dy_ptr, row + 2 * n_groups, y_row, y_col, dy_row, dy_col, cols, n_cols, n_rows)
-        if PHASE == 0:
-            sm._wait(counter_ptr + row, SPLITS)
-        if PHASE != 1:
-            dot = tl.sum(tl.load(part_ptr + r * SPLITS + splits, mask=splits < SPLITS, other=0.0, volatile=True),
-                         axis=0)
-            dx = y.to(tl.float32) * (dy.to(tl.float32) - dot)
-            tl.store(dx_ptr + r * dx_row + cols * dx_col, dx.to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
-        y, dy = y1, dy1
-        y1, dy1 = y2, dy2
 
 
 @triton.jit
@@ -190,28 +150,14 @@ def forward_phased(x: torch.Tensor, segment: int, chunk: int, groups: int) -> to
     return out
 
 
-def backward(y: torch.Tensor, dy: torch.Tensor, chunk: int, warps: int) -> torch.Tensor:
-    dx = torch.empty_like(y)
-    sm._split_launch(split_backward_ahead, dict(dx_ptr=dx, y_ptr=y, dy_ptr=dy, y_row=y.stride(0), y_col=y.stride(1),
-                                                dy_row=dy.stride(0), dy_col=dy.stride(1), dx_row=dx.stride(0),
-                                                dx_col=dx.stride(1)),
-                     *y.shape, sm.Settings(True, 1, 0, chunk, warps), 1)
-    return dx
+def backward(y: torch.Tensor, dy: torch.Tensor, chunk: int, warps: int, ahead: bool = True) -> torch.Tensor:
+    return sm._backward(y, dy, segment=0, chunk=chunk, warps=warps, ahead=ahead)
 
 
 def check() -> None:
-    """Against torch in the interpreter, fp32 and fp16: rows of several chunks (two launches, partials then
-    output) and of one chunk (the one-launch form, a group of one program: the row-ahead order itself), widths
-    that do and do not fill the chunks, more rows than programs, transposed strides."""
-    for dtype in (torch.float32, torch.float16):
-        for n_rows, n_cols, chunk in ((5, 96, 32), (3, 100, 32), (7, 64, 64), (4, 50, 64), (300, 40, 64)):
-            y = torch.softmax(torch.randn(n_rows, n_cols), -1).to(dtype)
-            dy = torch.randn(n_rows, n_cols).to(dtype)
-            want = torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)
-            tol = 1e-6 if dtype == torch.float32 else 1e-3
-            torch.testing.assert_close(backward(y, dy, chunk, 4).float(), want, atol=tol, rtol=0)
-            yt, dyt = y.t().contiguous().t(), dy.t().contiguous().t()  # column strides > 1
-            torch.testing.assert_close(backward(yt, dyt, chunk, 4).float(), want, atol=tol, rtol=0)
+    """The row-ahead forward against torch in the interpreter, fp32 and fp16 (the split backward's forms are
+    kernels/_softmax.py's, tested in tests/test_softmax.py): rows of several segments, widths that do and do not
+    fill the chunks, more rows than programs (the phased launches), transposed strides."""
     for dtype in (torch.float32, torch.float16):
         for n_rows, n_cols, segment, chunk in ((5, 128, 64, 32), (7, 100, 32, 16), (4, 97, 64, 32)):
             x = torch.randn(n_rows, n_cols).to(dtype)
@@ -239,7 +185,8 @@ def measure(widths: list[int]) -> list[dict]:
                     "backward": torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)}
             copy_rate = copy_gbps(y)
             runs = [("backward", "public", lambda: softmax_backward(y, dy))]
-            runs += [("backward", f"ahead {c}/w{w}", lambda c=c, w=w: backward(y, dy, c, w)) for c, w in SIZES if c <= n]
+            runs += [("backward", f"{form} {c}/w{w}", lambda c=c, w=w, a=form == "ahead": backward(y, dy, c, w, a))
+                     for c, w in SIZES if c <= n for form in ("ahead", "row")]
             if dtype == torch.bfloat16:  # fp32 rows this wide take the split forward, already a row ahead
                 runs.append(("forward", "public", lambda: softmax(x)))
                 runs += [("forward", f"ahead {sg}/{c}/w{w}", lambda sg=sg, c=c, w=w: forward(x, sg, c, w))
