@@ -72,10 +72,11 @@ BACKWARD_ROWS = (
     (32768, (32, True), (32, True)),
 )
 KiB = 1024
-# Wider rows: (direction, element size, widest row in bytes or None) -> (segment, chunk, warps), the first
-# entry that matches. Segment 0 is the split path (chunks of `chunk` columns held on chip, one read); a
+# Wider rows: (direction, element size, widest row in bytes or None) -> (segment, chunk, warps[, form]), the
+# first entry that matches. Segment 0 is the split path (chunks of `chunk` columns held on chip, one read); a
 # segment > 0 is the two-pass path (each `segment` columns of a row walked twice in chunks, the second read
-# from L2).
+# from L2). The split backward's form: a row at a time (none), "ahead" (Settings.ahead), or "packed" (bf16
+# chunks held two to a 32-bit word, Settings.packed, and a row ahead).
 WIDE = (
     ("forward", 4, 256 * KiB, (65536, 32768, 32)),  # fp32 to 65536 columns: 0.87 (split path 0.77)
     ("forward", 4, None, (0, 4096, 4)),  # wider fp32: 0.74-0.77 (two-pass 0.65-0.73)
@@ -84,21 +85,20 @@ WIDE = (
     # wider bf16, H100 (one exp per element in the split forward), 262144 / 524288 / 2^20 columns: 0.75 / 0.74 /
     # 0.70 against 0.67 / 0.68 / 0.68 with segments of 131072 (H200 before: 0.61-0.73), the split path 0.69-0.75
     ("forward", 2, None, (65536, 32768, 32)),
-    # fp32, H100, run a row ahead (BACKWARD_AHEAD_FROM), 65536 / 262144 / 524288 / 2^20 columns: 0.99 / 0.99 /
-    # 0.96 / 0.94 (chunks of 2048 x 4 warps 0.98 / 0.98 / 0.97 / 0.94; 8192 x 8 0.96 / 0.96 / 0.92 / 0.87);
-    # a row at a time, 4096 x 4 to 131072 columns then 8192 x 4: 0.98 / 0.96 / 0.86 / 0.78
-    ("backward", 4, None, (0, 4096, 8)),
+    # fp32, H100, a row ahead, 65536 / 262144 / 524288 / 2^20 columns: 0.99 / 0.99 / 0.96 / 0.94 (chunks of
+    # 2048 x 4 warps 0.98 / 0.98 / 0.97 / 0.94; 8192 x 8 0.96 / 0.96 / 0.92 / 0.87); a row at a time, 4096 x 4
+    # to 131072 columns then 8192 x 4: 0.98 / 0.96 / 0.86 / 0.78
+    ("backward", 4, None, (0, 4096, 8, "ahead")),
     ("backward", 2, 128 * KiB, (65536, 16384, 32)),  # bf16 to 65536 columns: 0.88 (split path 0.57-0.80)
-    # bf16 to 262144 / 524288 columns, H100: 0.90-0.92 / 0.84-0.85 on the split path (chunks held in bf16)
-    # against 0.83-0.84 / 0.72 with segments of 16384 (H200 at 0.78-0.80 before the split path held bf16)
+    # bf16 to 262144 columns, H100: 0.90-0.92 on the split path (chunks held in bf16) against 0.83-0.84 with
+    # segments of 16384 (H200 at 0.78-0.80 before the split path held bf16)
     ("backward", 2, 512 * KiB, (0, 8192, 4)),
-    ("backward", 2, 1024 * KiB, (0, 8192, 8)),
-    ("backward", 2, None, (65536, 16384, 16)),  # wider bf16: 0.69-0.70 at 2^20 (segments of 16384: 0.41-0.48)
+    # wider bf16, H100, 524288 / 2^20 columns: packed 0.88 / 0.85 against 0.84 / 0.72 a row at a time (chunks
+    # of 8192 x 8 warps, then segments of 65536 x 16384 x 16 warps); a row ahead but not packed, 0.68 / 0.67 at
+    # best: a bf16 value then takes about an fp32's registers, so that a program of the same occupancy keeps
+    # half the bytes in flight (workflow/scripts/bench_softmax_ahead.py and bench_softmax_packed.py)
+    ("backward", 2, None, (0, 8192, 4, "packed")),
 )
-# From this element size the split backward runs a row ahead (Settings.ahead). 16-bit rows do not: on an H100
-# their best row-ahead sizes ran at 0.74 / 0.69 / 0.67 of copy at 65536 / 262144 / 2^20 columns against 0.95 /
-# 0.90 / 0.72 a row at a time (chunks of 2048..8192, 4..16 warps; workflow/scripts/bench_softmax_ahead.py).
-BACKWARD_AHEAD_FROM = 4
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -332,23 +332,56 @@ def _load_pair(y_ptr, dy_ptr, row, y_row, y_col, dy_row, dy_col, cols, n_cols, n
     at use; zeros past the row, or for a row past the last (the loop reads ahead)."""
     present = _row_mask(cols, n_cols, row, n_rows)
     r = tl.cast(row, tl.int64)
-    return (tl.load(y_ptr + r * y_row + cols * y_col, mask=present, other=0.0),
-            tl.load(dy_ptr + r * dy_row + cols * dy_col, mask=present, other=0.0))
+    return (tl.load(y_ptr + r * y_row + cols * y_col, mask=present, other=0),
+            tl.load(dy_ptr + r * dy_row + cols * dy_col, mask=present, other=0))
 
 
 @triton.jit
-def _dot(y, dy):
+def _unpack(w):
+    """A 32-bit word's two bf16 as fp32 (a bf16 is an fp32's upper half): the low half is the even column
+    (little-endian), the high half the odd one."""
+    return (w << 16).to(tl.float32, bitcast=True), (w & -65536).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _bf16_bits(x):
+    """x rounded to bf16 (to nearest, ties to even; NaN stays a quiet NaN), its 16 bits in the low half of a
+    uint32. Integer arithmetic, which Triton's interpreter runs right (its bf16 conversions it does not)."""
+    u = x.to(tl.uint32, bitcast=True)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return tl.where((u & 0x7FFFFFFF) > 0x7F800000, (u >> 16) | 0x40, rounded)
+
+
+@triton.jit
+def _dot(y, dy, PACKED: tl.constexpr):
+    """This chunk's sum(y * dy) in fp32."""
+    if PACKED:
+        y_even, y_odd = _unpack(y)
+        dy_even, dy_odd = _unpack(dy)
+        return tl.sum(y_even * dy_even + y_odd * dy_odd, axis=0)
     return tl.sum(y.to(tl.float32) * dy.to(tl.float32), axis=0)
+
+
+@triton.jit
+def _dx(y, dy, dot, dx_ptr, PACKED: tl.constexpr):
+    """y * (dy - dot) in dx's dtype (PACKED: bf16 pairs in 32-bit words, as y and dy are)."""
+    if PACKED:
+        y_even, y_odd = _unpack(y)
+        dy_even, dy_odd = _unpack(dy)
+        dx = _bf16_bits(y_even * (dy_even - dot)) | (_bf16_bits(y_odd * (dy_odd - dot)) << 16)
+        return dx.to(tl.int32, bitcast=True)
+    return (y.to(tl.float32) * (dy.to(tl.float32) - dot)).to(dx_ptr.dtype.element_ty)
 
 
 @triton.jit
 def _split_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols, y_row, y_col, dy_row, dy_col,
                     dx_row, dx_col, n_groups, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
-                    SPLITS_P2: tl.constexpr, PHASE: tl.constexpr, AHEAD: tl.constexpr):
+                    SPLITS_P2: tl.constexpr, PHASE: tl.constexpr, AHEAD: tl.constexpr, PACKED: tl.constexpr):
     """_split_forward's layout for dx = y * (dy - sum(y * dy)); the partial is each chunk's sum(y * dy).
     It reads the next row before it waits. AHEAD: it runs a row ahead as _split_forward does, publishing and
     counting in for the next row before it waits for this one, so that the group's other programs have had a
-    row's time to arrive; it then holds three rows of two tensors (see BACKWARD_AHEAD_FROM)."""
+    row's time to arrive; it then holds three rows of two tensors. PACKED: y, dy and dx are bf16 rows seen as
+    32-bit words, two columns each (n_cols, CHUNK and the strides count words), held so and unpacked at use."""
     pid = tl.program_id(0)
     group = pid // SPLITS
     chunk = pid % SPLITS
@@ -357,7 +390,7 @@ def _split_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols
     y, dy = _load_pair(y_ptr, dy_ptr, group, y_row, y_col, dy_row, dy_col, cols, n_cols, n_rows)
     if AHEAD:
         if PHASE != 2:
-            tl.store(part_ptr + tl.cast(group, tl.int64) * SPLITS + chunk, _dot(y, dy))
+            tl.store(part_ptr + tl.cast(group, tl.int64) * SPLITS + chunk, _dot(y, dy, PACKED))
             if PHASE == 0:
                 _arrive(counter_ptr + group)
         y_next, dy_next = _load_pair(y_ptr, dy_ptr, group + n_groups, y_row, y_col, dy_row, dy_col, cols, n_cols,
@@ -368,14 +401,14 @@ def _split_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols
         if AHEAD:
             if PHASE != 2:
                 if row + n_groups < n_rows:
-                    tl.store(part_ptr + (r + n_groups) * SPLITS + chunk, _dot(y_next, dy_next))
+                    tl.store(part_ptr + (r + n_groups) * SPLITS + chunk, _dot(y_next, dy_next, PACKED))
                     if PHASE == 0:
                         _arrive(counter_ptr + row + n_groups)
             y_after, dy_after = _load_pair(y_ptr, dy_ptr, row + 2 * n_groups, y_row, y_col, dy_row, dy_col, cols,
                                            n_cols, n_rows)
         else:
             if PHASE != 2:
-                tl.store(part + chunk, _dot(y, dy))
+                tl.store(part + chunk, _dot(y, dy, PACKED))
             y_after, dy_after = _load_pair(y_ptr, dy_ptr, row + n_groups, y_row, y_col, dy_row, dy_col, cols,
                                            n_cols, n_rows)
             if PHASE == 0:
@@ -384,8 +417,7 @@ def _split_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols
             _wait(counter_ptr + row, SPLITS)
         if PHASE != 1:
             dot = tl.sum(tl.load(part + splits, mask=splits < SPLITS, other=0.0, volatile=True), axis=0)
-            dx = y.to(tl.float32) * (dy.to(tl.float32) - dot)
-            tl.store(dx_ptr + r * dx_row + cols * dx_col, dx.to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
+            tl.store(dx_ptr + r * dx_row + cols * dx_col, _dx(y, dy, dot, dx_ptr, PACKED), mask=cols < n_cols)
         if AHEAD:
             y, dy = y_next, dy_next
             y_next, dy_next = y_after, dy_after
@@ -520,6 +552,7 @@ class Settings:
     reload: bool = False  # the backward's rows path reads y and dy a second time rather than hold them
     prefetch: bool = False  # the forward's rows path: a program per SM, each loading its next tile early
     ahead: bool = False  # the backward's split path runs a row ahead (_split_backward's AHEAD)
+    packed: bool = False  # ... holding bf16 in pairs (PACKED), where the rows allow it (_in_words)
 
 
 MAX_COLS = 2**31 - 2**16  # column offsets are 32-bit in every path, a chunk (<= 32768) past the last column included
@@ -528,12 +561,12 @@ MAX_COLS = 2**31 - 2**16  # column offsets are 32-bit in every path, a chunk (<=
 def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, bf16: bool = False,
                     tile: int | None = None, row_limit: int | None = None, chunk: int | None = None,
                     warps: int | None = None, segment: int | None = None, reload: bool | None = None,
-                    prefetch: bool | None = None, ahead: bool | None = None) -> Settings:
+                    prefetch: bool | None = None, ahead: bool | None = None, packed: bool | None = None) -> Settings:
     """The one place softmax's sizes are chosen (the tuned defaults above), by row width, element size,
     direction, and (bf16) whether 16-bit rows are bf16. Keyword overrides, for tuning and tests, replace a
     default each (the others stay the width's defaults): row_limit (columns) moves the rows path's end,
-    segment picks the path past it (0: split, > 0: two-pass), ahead whether a split backward runs a row
-    ahead. Sizes are in elements; the forward's default tile holds TILE_BYTES of input. Raises ValueError
+    segment picks the path past it (0: split, > 0: two-pass), ahead and packed a split backward's form
+    (packed: bf16 only). Sizes are in elements; the forward's default tile holds TILE_BYTES of input. Raises ValueError
     past MAX_COLS columns."""
     if not 1 <= n_cols <= MAX_COLS:
         raise ValueError(f"n_cols must be 1..{MAX_COLS} (column offsets are 32-bit), got {n_cols}")
@@ -555,10 +588,12 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
     direction = "backward" if backward else "forward"
     default = next(sizes for d, size, widest, sizes in WIDE if d == direction and size == (4 if element_size >= 4 else 2)
                    and (widest is None or n_cols * element_size <= widest))
-    segment = default[0] if segment is None else segment
-    default_ahead = backward and element_size >= BACKWARD_AHEAD_FROM
-    return Settings(True, 1, 0, chunk or default[1], warps or default[2], segment,
-                    ahead=backward and not segment and (default_ahead if ahead is None else ahead))
+    default_segment, default_chunk, default_warps, *form = default
+    segment = default_segment if segment is None else segment
+    split_backward = backward and not segment
+    return Settings(True, 1, 0, chunk or default_chunk, warps or default_warps, segment,
+                    ahead=split_backward and (form in (["ahead"], ["packed"]) if ahead is None else ahead),
+                    packed=split_backward and bf16 and (form == ["packed"] if packed is None else packed))
 
 
 @functools.lru_cache(maxsize=None)
@@ -648,6 +683,12 @@ def _columns_fit(t: torch.Tensor) -> bool:
     return t.stride(1) == 1 or (t.shape[1] - 1) * t.stride(1) < 2**31
 
 
+def _in_words(t: torch.Tensor) -> bool:
+    """Whether t's rows can be seen as 32-bit words of two columns (torch's view as int32): unit column strides,
+    even widths and row strides, 4-byte aligned."""
+    return t.stride(1) == 1 and t.shape[1] % 2 == 0 and t.stride(0) % 2 == 0 and t.data_ptr() % 4 == 0
+
+
 @serialized
 def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     """Rows that fit one program's tile (launch_settings), else the split or two-pass path; overrides as there."""
@@ -684,12 +725,18 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
         return dx
     y, dy = (t if _columns_fit(t) else t.contiguous() for t in (y, dy))
     strides = [*y.stride(), *dy.stride(), *dx.stride()]
-    cfg = launch_settings(n_cols, y.element_size(), backward=True, **overrides)
+    cfg = launch_settings(n_cols, y.element_size(), backward=True, bf16=y.dtype == torch.bfloat16, **overrides)
     if cfg.split:
+        # dx is contiguous and as wide. Rows a packed form cannot pack go a row at a time: a row ahead, their
+        # chunks would take an fp32's registers (bf16, 8192 x 4 warps: spills, 0.62 of copy on an H100).
+        packed = cfg.packed and cfg.chunk > 1 and _in_words(y) and _in_words(dy)
+        ahead = cfg.ahead and (packed or not cfg.packed)
+        t = [u.view(torch.int32) for u in (dx, y, dy)] if packed else [dx, y, dy]
         _split_launch(_two_pass_backward if cfg.segment else _split_backward,
-                      dict(dx_ptr=dx, y_ptr=y, dy_ptr=dy, y_row=y.stride(0), y_col=y.stride(1), dy_row=dy.stride(0),
-                           dy_col=dy.stride(1), dx_row=dx.stride(0), dx_col=dx.stride(1)), n_rows, n_cols, cfg, 1,
-                      **({} if cfg.segment else dict(AHEAD=cfg.ahead)))
+                      dict(dx_ptr=t[0], y_ptr=t[1], dy_ptr=t[2], y_row=t[1].stride(0), y_col=t[1].stride(1),
+                           dy_row=t[2].stride(0), dy_col=t[2].stride(1), dx_row=t[0].stride(0), dx_col=t[0].stride(1)),
+                      n_rows, t[1].shape[1], dataclasses.replace(cfg, chunk=cfg.chunk // 2) if packed else cfg, 1,
+                      **({} if cfg.segment else dict(AHEAD=ahead, PACKED=packed)))
     else:
         even = n_cols == cfg.block_n and n_rows % cfg.block_m == 0
         _rows_backward[(triton.cdiv(n_rows, cfg.block_m),)](dx, y, dy, n_rows, n_cols, *strides, BLOCK_M=cfg.block_m,

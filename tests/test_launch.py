@@ -140,21 +140,31 @@ def test_every_width_past_the_rows_path_has_an_entry_of_the_wide_table(element_s
     assert entries and [w for d, size, w, _ in sm.WIDE if (d, size) == (direction, element_size)][-1] is None
     chosen = []
     for n_cols in (32769, 65536, 65537, 131072, 262147, 2**20, sm.MAX_COLS):
-        cfg = sm.launch_settings(n_cols, element_size, backward)
+        cfg = sm.launch_settings(n_cols, element_size, backward, bf16=element_size == 2)
         assert cfg.split and cfg.segment >= 0 and (cfg.segment == 0 or cfg.segment >= cfg.chunk)
-        chosen.append(entries.index((cfg.segment, cfg.chunk, cfg.num_warps)))
+        form = ("packed",) if cfg.packed else ("ahead",) if cfg.ahead else ()
+        chosen.append(entries.index((cfg.segment, cfg.chunk, cfg.num_warps, *form)))
     assert chosen == sorted(chosen)
 
 
-def test_only_the_split_backward_runs_a_row_ahead_and_from_its_element_size():
-    for n_cols in (65536, 2**20):
-        for element_size in (2, 4, 8):
-            cfg = sm.launch_settings(n_cols, element_size, backward=True, segment=0)
-            assert cfg.ahead == (element_size >= sm.BACKWARD_AHEAD_FROM)
-            assert sm.launch_settings(n_cols, element_size, backward=True, segment=0, ahead=not cfg.ahead).ahead != cfg.ahead
-            assert not sm.launch_settings(n_cols, element_size, backward=True, segment=1024, ahead=True).ahead
-            assert not sm.launch_settings(n_cols, element_size, segment=0, ahead=True).ahead  # a forward's is fixed
-    assert not sm.launch_settings(4096, 4, backward=True, ahead=True).ahead  # the rows path has no groups to wait on
+def test_the_split_backward_takes_its_form_from_the_wide_table_and_an_override_wins():
+    """A row ahead where the entry says "ahead" or "packed"; packed only there and only for bf16 (its words
+    are bf16 pairs); neither off the split backward."""
+    for direction, size, widest, (_, _, _, *form) in sm.WIDE:
+        if direction != "backward":
+            continue
+        n_cols = widest // size if widest else 2**20
+        for bf16 in (False, True) if size == 2 else (False,):
+            cfg = sm.launch_settings(n_cols, size, backward=True, bf16=bf16)
+            assert cfg.ahead == (not cfg.segment and form in (["ahead"], ["packed"]))
+            assert cfg.packed == (bf16 and form == ["packed"])
+            forced = sm.launch_settings(n_cols, size, backward=True, bf16=bf16, segment=0, ahead=not cfg.ahead,
+                                        packed=True)
+            assert forced.ahead != cfg.ahead and forced.packed == bf16
+            assert not sm.launch_settings(n_cols, size, backward=True, bf16=bf16, segment=1024, ahead=True,
+                                          packed=True).packed
+            assert not sm.launch_settings(n_cols, size, bf16=bf16, segment=0, ahead=True, packed=True).ahead
+    assert not sm.launch_settings(4096, 2, backward=True, bf16=True, packed=True).packed  # the rows path
 
 
 @pytest.mark.parametrize("n_cols", [0, sm.MAX_COLS + 1])

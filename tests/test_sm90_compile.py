@@ -142,10 +142,10 @@ def test_the_warp_specialized_dq_tiles_compile_within_hopper_shared_memory():
         for t in tiles for even_k in (False, True) for causal in (False, True)})
 
 
-def test_the_wide_softmax_kernels_compile_with_and_without_masks():
+def test_the_wide_softmax_kernels_compile_in_every_form():
     """Each entry of softmax's WIDE table, at its widest row (2^20 columns where it has no limit), compiles for
     sm_90 as it runs: forwards with the column masks (EVEN off) and without them (EVEN: chunks that cover the
-    rows); backwards (masked) a row at a time or a row ahead, as launch_settings chooses, and the other way."""
+    rows); split backwards a row at a time and a row ahead, and (bf16) packed in 32-bit words or not."""
     import triton
 
     from kernels import _softmax as sm
@@ -154,24 +154,29 @@ def test_the_wide_softmax_kernels_compile_with_and_without_masks():
     for direction, size, widest, _ in sm.WIDE:
         n_cols = widest // size if widest else 2**20
         backward = direction == "backward"
-        cfg = sm.launch_settings(n_cols, size, backward)
+        cfg = sm.launch_settings(n_cols, size, backward, bf16=size == 2)
         kernel = ("_two_pass_" if cfg.segment else "_split_") + direction
-        splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)
         elt = "fp32" if size == 4 else "bf16"
         tensors = ("dx_ptr", "y_ptr", "dy_ptr") if backward else ("out_ptr", "x_ptr")
         strides = ("y_row", "y_col", "dy_row", "dy_col", "dx_row", "dx_col") if backward else (
             "x_row", "x_col", "out_row", "out_col")
-        types = dict(**dict.fromkeys(tensors, f"*{elt}"), part_ptr="*fp32", counter_ptr="*i32",
-                     **dict.fromkeys(("n_rows", "n_cols", *strides, "n_groups"), "i32"))
-        consts = dict(CHUNK=cfg.chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits), PHASE=0,
-                      **(dict(SEGMENT=cfg.segment) if cfg.segment else {}))
-        if backward:
-            forms = [{}] if cfg.segment else [dict(AHEAD=cfg.ahead), dict(AHEAD=not cfg.ahead)]
+        if backward and not cfg.segment:
+            forms = [dict(AHEAD=ahead, PACKED=packed) for ahead in (False, True) for packed in (False, size == 2)]
+        elif backward:
+            forms = [{}]
         else:
             forms = [dict(EVEN=even, **(dict(FAST=size == 2) if cfg.segment else {})) for even in (False, True)]
         for form in forms:
+            words = form.get("PACKED", False)  # two bf16 columns a word: half the columns, half the chunk
+            splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)
+            types = dict(**dict.fromkeys(tensors, "*i32" if words else f"*{elt}"), part_ptr="*fp32", counter_ptr="*i32",
+                         **dict.fromkeys(("n_rows", "n_cols", *strides, "n_groups"), "i32"))
+            consts = dict(CHUNK=cfg.chunk // 2 if words else cfg.chunk, SPLITS=splits,
+                          SPLITS_P2=triton.next_power_of_2(splits), PHASE=0,
+                          **(dict(SEGMENT=cfg.segment) if cfg.segment else {}))
             requests[f"{kernel} {elt} {n_cols} {form}"] = dict(
                 module="kernels._softmax", kernel=kernel, arg_types=types, constexprs=dict(consts, **form),
                 num_warps=cfg.num_warps, num_stages=3)  # Triton's default, as _split_launch leaves it
-    assert len(requests) == sum(1 if d == "backward" and sizes[0] else 2 for d, _, _, sizes in sm.WIDE)
+    assert len(requests) == sum(2 if d == "forward" else 1 if sizes[0] else 2 * (1 + (size == 2))
+                                for d, size, _, sizes in sm.WIDE)
     assert_all_fit(requests)

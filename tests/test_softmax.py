@@ -104,6 +104,10 @@ BACKWARD_PATHS = {**PATHS, "rows, y and dy read twice": dict(tile=256, row_limit
                   "split, a row at a time": dict(PATHS["split"], ahead=False),
                   "split, one chunk per row, a row ahead": dict(PATHS["split, one chunk per row"], ahead=True),
                   "split, one chunk per row, a row at a time": dict(PATHS["split, one chunk per row"], ahead=False)}
+# bf16 held two to a 32-bit word (the kernel does integer arithmetic on them: it runs in the interpreter too)
+PACKED_PATHS = {"split, packed, a row ahead": dict(PATHS["split"], ahead=True, packed=True),
+                "split, packed, a row at a time": dict(PATHS["split"], ahead=False, packed=True),
+                "split, packed, one chunk per row": dict(PATHS["split, one chunk per row"], ahead=True, packed=True)}
 
 
 def forward(x, path):
@@ -200,6 +204,45 @@ def test_backward_matches_autograd(path, dtype, shape):
     dx = sm._backward(y, dy, **BACKWARD_PATHS[path])
     assert dx.dtype == dtype
     torch.testing.assert_close(dx.float(), x.grad.float(), atol=4 * softmax_atol(dtype), rtol=0)
+
+
+@pytest.mark.parametrize("path", PACKED_PATHS)
+@pytest.mark.parametrize("shape", [(6, 150), (8, 128), (3, 256), (300, 40),
+                                   # an odd width is not packed: bf16 arithmetic, which the interpreter gets wrong
+                                   pytest.param((4, 151), marks=pytest.mark.skipif(not ON_GPU, reason="bf16"))])
+def test_packed_bf16_backward_matches_autograd(path, shape):
+    """dx rounded to bf16 as torch rounds (to nearest, ties to even): within a bf16 ulp of autograd's fp32
+    gradient, of the dx's largest value; NaN where y or dy is NaN, inf in and NaN out as torch gives."""
+    x = randn(*shape, seed=8) * 4
+    y = torch.softmax(x, -1).to(torch.bfloat16)
+    dy = randn(*shape, seed=9).to(torch.bfloat16)
+    want = torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)
+    dx = sm._backward(y, dy, **PACKED_PATHS[path])
+    assert dx.dtype == torch.bfloat16
+    torch.testing.assert_close(dx.float(), want, atol=2**-8 * want.abs().max().item(), rtol=2**-8)
+    dy[1, 3] = float("nan")
+    dy[2, 0] = float("inf")
+    want = torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32).to(torch.bfloat16)
+    got = sm._backward(y, dy, **PACKED_PATHS[path])
+    assert torch.equal(got[1:3].isnan(), want[1:3].isnan()) and got[1:3].isnan().any()
+
+
+def test_packed_backward_rounds_as_torch_does():
+    """_bf16_bits: ties to even, subnormals, the largest values and infinities exact; NaN stays NaN."""
+    x = torch.tensor([1.0, 1.00390625, 1.01171875, -1.00390625, -2.5e-39, 1e-45, 3.4e38, -3.4e38, float("inf"),
+                      -float("inf"), -0.0, float("nan")] + randn(2000, seed=1).mul(1e3).tolist(), device=DEVICE)
+    got = torch.empty(x.numel(), dtype=torch.int32, device=DEVICE)
+    _bits_of[(1,)](x, got, x.numel(), BLOCK=triton.next_power_of_2(x.numel()))
+    want = x.to(torch.bfloat16).view(torch.int16).to(torch.int32) & 0xFFFF
+    finite = ~x.isnan()
+    assert torch.equal(got[finite], want[finite])
+    assert got[~finite].to(torch.int16).view(torch.bfloat16).isnan().all()
+
+
+@triton.jit
+def _bits_of(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(out_ptr + i, sm._bf16_bits(tl.load(x_ptr + i, mask=i < n)).to(tl.int32, bitcast=True), mask=i < n)
 
 
 def test_autograd_gradcheck_style():

@@ -1,5 +1,5 @@
-"""The wide softmax paths a row ahead (GPU only; not part of the pipeline): the split backward's two forms,
-and a row-ahead two-pass forward, for rows wider than 32768 columns.
+"""The wide softmax paths a row ahead (GPU only; not part of the pipeline): the split backward's forms (a row
+at a time or ahead; bf16 packed or not), and a row-ahead two-pass forward, for rows wider than 32768 columns.
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_softmax_ahead.py out.csv [--widths 262144,1048576]
     PYTHONPATH=.:workflow python workflow/scripts/bench_softmax_ahead.py --check    # the CPU, Triton's interpreter
@@ -10,6 +10,9 @@ slowest at every row. bench_softmax_wait.py measured what that costs on an H100:
 results) the fp32 backward at 2^20 columns ran at 0.92 of copy against 0.78. Its AHEAD form runs a row ahead
 as the split forward does: it holds this row's and the next row's chunks of y and dy, publishes and arrives for
 the next row before it waits for this one, and has the row after that in flight (three rows of two tensors).
+Its PACKED form holds bf16 rows as 32-bit words, two columns each, unpacked only at use and dx rounded to bf16
+by integer arithmetic: the sm_90a builds of the other forms hold a bf16 chunk in about as many registers as an
+fp32 one, so that a bf16 program of the same occupancy keeps half the bytes in flight.
 
 The two-pass forward (bf16 rows wider than 65536 columns) waits likewise: a program walks its segment of a row
 for the max and sum, arrives, and waits for the row's other segments before its second walk. Without the
@@ -26,6 +29,10 @@ warps to 131072 columns, then 8192 x 4):
   and run at 0.11-0.15. Kept: the fp32 default (BACKWARD_AHEAD_FROM).
 - bf16 backward a row ahead, best of the sizes: 0.75 / 0.74 / 0.72 / 0.70 / 0.67 against 0.95 / 0.92 / 0.90 /
   0.84 / 0.72 a row at a time. Not kept.
+- bf16 backward packed, a row ahead, 8192 x 4 warps (255 registers, 48 B of spills): 0.90 / 0.91 / 0.91 / 0.88
+  / 0.85 against 0.95 / 0.92 / 0.90 / 0.84 / 0.72 (the defaults); 2048 x 4 0.92 at 65536 then 0.85-0.63; 4096
+  x 4 or 8 0.85-0.89 to 262144, 0.60 at 2^20; 8192 x 8 and x 16 (one program an SM) 0.56-0.66. Packed a row at
+  a time: 0.90 / 0.89 / 0.86 / 0.75 / 0.66 at best. Kept: packed a row ahead for bf16 rows wider than 262144.
 - bf16 two-pass forward a row ahead, best of the segments: 0.65 at every width against 0.92 / 0.89 / 0.75 /
   0.74 / 0.70. Not kept.
 
@@ -33,12 +40,14 @@ Registers a thread and spills of the sm_90a builds (triton 3.9, ptxas, rows of 2
 strides, 16-divisible pointers and row strides), the row-ahead backward against the row-at-a-time one,
 chunk/warps: fp32 2048/4 128 (96), 4096/4 240 (183), 4096/8 128 (103), 8192/8 241 (187), 8192/16 128 (108), no
 spills; 8192/4 spills 4596 B (92 B), 16384/16 1532 B (68 B). bf16 2048/4 119 (96), 4096/4 219 (183), 4096/8 121
-(102), 8192/8 221 (187), 8192/16 113 (109), no spills; 8192/4 spills 478 B (72 B), 16384/16 372 B (136 B). The
+(102), 8192/8 221 (187), 8192/16 113 (109), no spills; 8192/4 spills 478 B (72 B), 16384/16 372 B (136 B);
+packed (triton 3.9, cuobjdump), a row ahead and at a time: 4096/4 168, 133; 4096/8 99, 72; 8192/4 255 (48 B
+of stack), 237; 8192/8 180, 142; 8192/16 100, 79; 16384/16 128 (48 B), 128 (none). The
 row-ahead two-pass forward (bf16, FAST, unmasked) against _two_pass_forward, segment/chunk/warps: 32768/8192/16 49
 (48), 32768/16384/16 64 (64), 65536/16384/16 64 (64), 65536/32768/32 53 (53); spills 8 B at chunks of 16384 (none).
 
 For each width and dtype it times the public ``softmax_backward`` and (bf16) ``softmax`` (the defaults) and the
-split backward in both forms and the row-ahead forward over their sizes, each checked against torch, beside a
+split backward in each form and the row-ahead forward over their sizes, each checked against torch, beside a
 copy of the same tensor (do_bench medians; fractions of that copy), one CSV row per measurement, and prints the
 best of each.
 """
@@ -150,8 +159,12 @@ def forward_phased(x: torch.Tensor, segment: int, chunk: int, groups: int) -> to
     return out
 
 
-def backward(y: torch.Tensor, dy: torch.Tensor, chunk: int, warps: int, ahead: bool = True) -> torch.Tensor:
-    return sm._backward(y, dy, segment=0, chunk=chunk, warps=warps, ahead=ahead)
+FORMS = {"ahead": dict(ahead=True, packed=False), "row": dict(ahead=False, packed=False),
+         "packed ahead": dict(ahead=True, packed=True), "packed row": dict(ahead=False, packed=True)}
+
+
+def backward(y: torch.Tensor, dy: torch.Tensor, chunk: int, warps: int, form: str) -> torch.Tensor:
+    return sm._backward(y, dy, segment=0, chunk=chunk, warps=warps, **FORMS[form])
 
 
 def check() -> None:
@@ -185,8 +198,9 @@ def measure(widths: list[int]) -> list[dict]:
                     "backward": torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)}
             copy_rate = copy_gbps(y)
             runs = [("backward", "public", lambda: softmax_backward(y, dy))]
-            runs += [("backward", f"{form} {c}/w{w}", lambda c=c, w=w, a=form == "ahead": backward(y, dy, c, w, a))
-                     for c, w in SIZES if c <= n for form in ("ahead", "row")]
+            forms = list(FORMS) if dtype == torch.bfloat16 else ["ahead", "row"]
+            runs += [("backward", f"{form} {c}/w{w}", lambda c=c, w=w, f=form: backward(y, dy, c, w, f))
+                     for c, w in SIZES if c <= n for form in forms]
             if dtype == torch.bfloat16:  # fp32 rows this wide take the split forward, already a row ahead
                 runs.append(("forward", "public", lambda: softmax(x)))
                 runs += [("forward", f"ahead {sg}/{c}/w{w}", lambda sg=sg, c=c, w=w: forward(x, sg, c, w))
