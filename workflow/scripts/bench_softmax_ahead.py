@@ -69,6 +69,7 @@ from softmax_bench_rows import copy_gbps, summarize, timed  # a sibling: scripts
 
 BYTES = 2**28
 SIZES = [(2048, 4), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (8192, 16), (16384, 16)]  # backward: chunk, warps
+PACKED_SIZES = [(4096, 4), (4096, 8), (8192, 4), (8192, 8), (8192, 16), (16384, 8), (16384, 16)]  # forward
 SEGMENTS = [(32768, 8192, 16), (32768, 16384, 16), (65536, 16384, 16), (65536, 32768, 32)]  # forward: segment, chunk, warps
 
 
@@ -131,6 +132,78 @@ def two_pass_forward_ahead(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols
                 sm._store(out_ptr + r * out_row + cols * out_col, y.to(out_ptr.dtype.element_ty), cols < end, EVEN)
 
 
+NEG_INF_PAIR = tl.constexpr(-8323200)  # 0xFF80FF80: two bf16 -inf in a 32-bit word
+
+
+@triton.jit
+def _load_words(x_ptr, row, x_row, words, n_words, n_rows):
+    """Row ``row``'s chunk as 32-bit words of two bf16 columns; -inf past the row, or for a row past the last."""
+    return tl.load(x_ptr + tl.cast(row, tl.int64) * x_row + words, mask=sm._row_mask(words, n_words, row, n_rows),
+                   other=NEG_INF_PAIR)
+
+
+@triton.jit
+def _publish_words(w, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr):
+    """_publish for a chunk of words: its max and sum of exp, (PHASE 0) counted in; nothing kept but the words."""
+    even, odd = sm._unpack(w)
+    m = tl.maximum(tl.max(even, axis=0), tl.max(odd, axis=0))
+    m_safe = tl.where(m == -float("inf"), 0.0, m)  # a chunk of -inf sums to 0, not NaN
+    tl.store(part + chunk, m)
+    tl.store(part + SPLITS + chunk, tl.sum(tl.exp2((even - m_safe) * sm.LOG2E) + tl.exp2((odd - m_safe) * sm.LOG2E),
+                                           axis=0))
+    if PHASE == 0:
+        sm._arrive(counter)
+
+
+@triton.jit
+def split_forward_packed(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row, out_row, n_groups,
+                         CHUNK: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, PHASE: tl.constexpr):
+    """kernels/_softmax.py's _split_forward (a row ahead) on bf16 rows held as 32-bit words (n_cols, CHUNK and
+    the row strides count words): two exps per element (one for the partials, one for the output) where the
+    committed kernel holds exp(x - m) in fp32, a chunk then in half the registers."""
+    pid = tl.program_id(0)
+    group = pid // SPLITS
+    chunk = pid % SPLITS
+    words = chunk * CHUNK + tl.arange(0, CHUNK)
+    splits = tl.arange(0, SPLITS_P2)
+    x = _load_words(x_ptr, group, x_row, words, n_cols, n_rows)
+    if PHASE != 2:
+        _publish_words(x, part_ptr + tl.cast(group, tl.int64) * (2 * SPLITS), counter_ptr + group, chunk, SPLITS,
+                       PHASE)
+    following = _load_words(x_ptr, group + n_groups, x_row, words, n_cols, n_rows)
+    for row in range(group, n_rows, n_groups):
+        r = tl.cast(row, tl.int64)
+        if PHASE != 2:
+            if row + n_groups < n_rows:
+                _publish_words(following, part_ptr + (r + n_groups) * (2 * SPLITS), counter_ptr + row + n_groups,
+                               chunk, SPLITS, PHASE)
+        after = _load_words(x_ptr, row + 2 * n_groups, x_row, words, n_cols, n_rows)
+        if PHASE == 0:
+            sm._wait(counter_ptr + row, SPLITS)
+        if PHASE != 1:
+            part = part_ptr + r * (2 * SPLITS)
+            ms = tl.load(part + splits, mask=splits < SPLITS, other=-float("inf"), volatile=True)
+            ls = tl.load(part + SPLITS + splits, mask=splits < SPLITS, other=0.0, volatile=True)
+            row_max = tl.max(ms, axis=0)
+            log2_scale = -tl.log2(tl.sum(ls * tl.exp2((ms - row_max) * sm.LOG2E), axis=0))
+            even, odd = sm._unpack(x)
+            y_even = tl.exp2(tl.fma(even - row_max, sm.LOG2E, log2_scale))
+            y_odd = tl.exp2(tl.fma(odd - row_max, sm.LOG2E, log2_scale))
+            y = sm._bf16_bits(y_even) | (sm._bf16_bits(y_odd) << 16)
+            tl.store(out_ptr + r * out_row + words, y.to(tl.int32, bitcast=True), mask=words < n_cols)
+        x = following
+        following = after
+
+
+def forward_packed(x: torch.Tensor, chunk: int, warps: int) -> torch.Tensor:
+    """bf16 rows of even width, unit column strides: seen as words, ``chunk`` bf16 columns a program."""
+    out = torch.empty_like(x)
+    xw, ow = x.view(torch.int32), out.view(torch.int32)
+    sm._split_launch(split_forward_packed, dict(out_ptr=ow, x_ptr=xw, x_row=xw.stride(0), out_row=ow.stride(0)),
+                     x.shape[0], xw.shape[1], sm.Settings(True, 1, 0, chunk // 2, warps), 2)
+    return out
+
+
 def forward_arguments(x: torch.Tensor, out: torch.Tensor) -> dict:
     return dict(out_ptr=out, x_ptr=x, x_row=x.stride(0), x_col=x.stride(1), out_row=out.stride(0),
                 out_col=out.stride(1))
@@ -174,7 +247,8 @@ def backward(y: torch.Tensor, dy: torch.Tensor, chunk: int, warps: int, form: st
 def check() -> None:
     """The row-ahead forward against torch in the interpreter, fp32 and fp16 (the split backward's forms are
     kernels/_softmax.py's, tested in tests/test_softmax.py): rows of several segments, widths that do and do not
-    fill the chunks, more rows than programs (the phased launches), transposed strides."""
+    fill the chunks, more rows than programs (the phased launches), transposed strides; then the packed split
+    forward on bf16 (rows of one chunk: the one-launch form; of several: phased)."""
     for dtype in (torch.float32, torch.float16):
         for n_rows, n_cols, segment, chunk in ((5, 128, 64, 32), (7, 100, 32, 16), (4, 97, 64, 32)):
             x = torch.randn(n_rows, n_cols).to(dtype)
@@ -186,12 +260,17 @@ def check() -> None:
                 torch.testing.assert_close(forward_phased(x, segment, chunk, groups).float(), want, atol=tol, rtol=0)
             xt = x.t().contiguous().t()  # column strides > 1
             torch.testing.assert_close(forward(xt, segment, chunk, 4).float(), want, atol=tol, rtol=0)
+    for n_rows, n_cols, chunk in ((5, 256, 64), (3, 100, 64), (7, 64, 64), (300, 40, 64)):  # bf16 by torch alone
+        x = (torch.randn(n_rows, n_cols) * 4).to(torch.bfloat16)
+        x[1, :70] = -float("inf")  # a chunk of -inf, or (40 and 64 columns) a whole row: NaN, as torch gives
+        want = torch.softmax(x.float(), -1)
+        torch.testing.assert_close(forward_packed(x, chunk, 4).float(), want, atol=2**-8, rtol=2**-7, equal_nan=True)
     print("interpreter check passed")
 
 
-def measure(widths: list[int]) -> list[dict]:
+def measure(widths: list[int], directions: list[str]) -> list[dict]:
     rows = []
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in (torch.float32, torch.bfloat16) if "backward" in directions else (torch.bfloat16,):
         for n in widths:
             m = max(1, BYTES // (n * dtype.itemsize))
             x = torch.randn(m, n, device="cuda", dtype=torch.float32)
@@ -209,7 +288,9 @@ def measure(widths: list[int]) -> list[dict]:
                 runs.append(("forward", "public", lambda: softmax(x)))
                 runs += [("forward", f"ahead {sg}/{c}/w{w}", lambda sg=sg, c=c, w=w: forward(x, sg, c, w))
                          for sg, c, w in SEGMENTS if sg < n]
-            for direction, label, fn in runs:
+                runs += [("forward", f"packed {c}/w{w}", lambda c=c, w=w: forward_packed(x, c, w))
+                         for c, w in PACKED_SIZES if c <= n]
+            for direction, label, fn in (run for run in runs if run[0] in directions):
                 moved = (2 if direction == "forward" else 3) * y.numel() * dtype.itemsize
                 rows.append(timed(fn, want[direction], moved, copy_rate, 1e-5 if dtype == torch.float32 else 2e-2,
                                   direction=direction, dtype=str(dtype)[6:], n_cols=n, n_rows=m, sizes=label))
@@ -221,6 +302,7 @@ def main() -> None:
     parser.add_argument("out", nargs="?", help="the CSV to write")
     parser.add_argument("--widths", type=lambda s: [int(w) for w in s.split(",")],
                         default=[65536, 131072, 262144, 524288, 2**20])
+    parser.add_argument("--directions", type=lambda s: s.split(","), default=["forward", "backward"])
     parser.add_argument("--check", action="store_true", help="the interpreter check (CPU), nothing timed")
     args = parser.parse_args()
     if args.check:
@@ -230,7 +312,7 @@ def main() -> None:
         sys.exit("give the CSV to write (or --check)")
     import pandas as pd
 
-    table = pd.DataFrame(measure(args.widths))
+    table = pd.DataFrame(measure(args.widths, args.directions))
     table.to_csv(args.out, index=False)
     summarize(table)
 
