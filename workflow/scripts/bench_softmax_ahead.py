@@ -1,5 +1,6 @@
 """The wide softmax paths a row ahead (GPU only; not part of the pipeline): the split backward's forms (a row
-at a time or ahead; bf16 packed or not), and a row-ahead two-pass forward, for rows wider than 32768 columns.
+at a time or ahead; bf16 packed or not), a row-ahead two-pass forward and a packed split forward (bf16), for
+rows wider than 32768 columns.
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_softmax_ahead.py out.csv [--widths 262144,1048576]
     PYTHONPATH=.:workflow python workflow/scripts/bench_softmax_ahead.py --check    # the CPU, Triton's interpreter
@@ -39,6 +40,12 @@ warps to 131072 columns, then 8192 x 4):
   moment's, not the inputs'.
 - bf16 two-pass forward a row ahead, best of the segments: 0.65 at every width against 0.92 / 0.89 / 0.75 /
   0.74 / 0.70. Not kept.
+- bf16 split forward packed (split_forward_packed: rows held as 32-bit words, two exps per element, the output
+  rounded by integer arithmetic), best of the sizes: 0.76 / 0.72 / 0.61 / 0.58 / 0.56 (4096 x 8 warps first,
+  8192 x 4 at 262144) against 0.92 / 0.89 / 0.75 / 0.74 / 0.71, on another H100. Not kept: the forward does
+  more arithmetic a byte than the backward, and the second exp, the unpacking and the rounding cost more than
+  the registers they free (sm_90a, 4096 x 4 warps: 96 registers against the split forward's 127; 8192 x 4: 197
+  against 237).
 
 Registers a thread and spills of the sm_90a builds (triton 3.9, ptxas, rows of 2^20 columns, unit column
 strides, 16-divisible pointers and row strides), the row-ahead backward against the row-at-a-time one,
@@ -160,7 +167,7 @@ def split_forward_packed(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, 
                          CHUNK: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, PHASE: tl.constexpr):
     """kernels/_softmax.py's _split_forward (a row ahead) on bf16 rows held as 32-bit words (n_cols, CHUNK and
     the row strides count words): two exps per element (one for the partials, one for the output) where the
-    committed kernel holds exp(x - m) in fp32, a chunk then in half the registers."""
+    committed kernel holds exp(x - m) in fp32, a chunk then in fewer registers. Slower (the docstring)."""
     pid = tl.program_id(0)
     group = pid // SPLITS
     chunk = pid % SPLITS
