@@ -96,7 +96,7 @@ WIDE = (
     # wider bf16, H100, 524288 / 2^20 columns: packed 0.88 / 0.85 against 0.84 / 0.72 a row at a time (chunks
     # of 8192 x 8 warps, then segments of 65536 x 16384 x 16 warps); a row ahead but not packed, 0.68 / 0.67 at
     # best: a bf16 value then takes about an fp32's registers, so that a program of the same occupancy keeps
-    # half the bytes in flight (workflow/scripts/bench_softmax_ahead.py and bench_softmax_packed.py)
+    # half the bytes in flight (workflow/scripts/bench_softmax_ahead.py)
     ("backward", 2, None, (0, 8192, 4, "packed")),
 )
 
@@ -566,8 +566,8 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
     direction, and (bf16) whether 16-bit rows are bf16. Keyword overrides, for tuning and tests, replace a
     default each (the others stay the width's defaults): row_limit (columns) moves the rows path's end,
     segment picks the path past it (0: split, > 0: two-pass), ahead and packed a split backward's form
-    (packed: bf16 only). Sizes are in elements; the forward's default tile holds TILE_BYTES of input. Raises ValueError
-    past MAX_COLS columns."""
+    (packed: bf16 only). Sizes are in elements; the forward's default tile holds TILE_BYTES of input.
+    Raises ValueError past MAX_COLS columns."""
     if not 1 <= n_cols <= MAX_COLS:
         raise ValueError(f"n_cols must be 1..{MAX_COLS} (column offsets are 32-bit), got {n_cols}")
     block_n = triton.next_power_of_2(n_cols)
