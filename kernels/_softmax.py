@@ -591,9 +591,12 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
     default_segment, default_chunk, default_warps, *form = default
     segment = default_segment if segment is None else segment
     split_backward = backward and not segment
+    packed = split_backward and bf16 and (form == ["packed"] if packed is None else packed)
+    # a "packed" entry runs a row ahead only packed: unpacked (fp16, or bf16 told not to pack), its chunks
+    # would take an fp32's registers and spill
+    default_ahead = form == ["ahead"] or (form == ["packed"] and packed)
     return Settings(True, 1, 0, chunk or default_chunk, warps or default_warps, segment,
-                    ahead=split_backward and (form in (["ahead"], ["packed"]) if ahead is None else ahead),
-                    packed=split_backward and bf16 and (form == ["packed"] if packed is None else packed))
+                    ahead=split_backward and (default_ahead if ahead is None else ahead), packed=packed)
 
 
 @functools.lru_cache(maxsize=None)

@@ -148,16 +148,18 @@ def test_every_width_past_the_rows_path_has_an_entry_of_the_wide_table(element_s
 
 
 def test_the_split_backward_takes_its_form_from_the_wide_table_and_an_override_wins():
-    """A row ahead where the entry says "ahead" or "packed"; packed only there and only for bf16 (its words
-    are bf16 pairs); neither off the split backward."""
+    """A row ahead where the entry says "ahead", or "packed" and the rows are bf16; packed only there and only
+    for bf16 (its words are bf16 pairs); neither off the split backward."""
     for direction, size, widest, (_, _, _, *form) in sm.WIDE:
         if direction != "backward":
             continue
         n_cols = widest // size if widest else 2**20
         for bf16 in (False, True) if size == 2 else (False,):
             cfg = sm.launch_settings(n_cols, size, backward=True, bf16=bf16)
-            assert cfg.ahead == (not cfg.segment and form in (["ahead"], ["packed"]))
             assert cfg.packed == (bf16 and form == ["packed"])
+            assert cfg.ahead == (not cfg.segment and (form == ["ahead"] or cfg.packed))
+            if cfg.packed:  # told not to pack, it goes a row at a time too
+                assert not sm.launch_settings(n_cols, size, backward=True, bf16=bf16, packed=False).ahead
             forced = sm.launch_settings(n_cols, size, backward=True, bf16=bf16, segment=0, ahead=not cfg.ahead,
                                         packed=True)
             assert forced.ahead != cfg.ahead and forced.packed == bf16

@@ -307,12 +307,12 @@ def test_writeup_kernel_beside_the_improved_one():
 
 
 @pytest.mark.skipif(not ON_GPU, reason="the cooperative split kernel runs only on a GPU")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", [(5, 40000), (300, 131072), (7, 262144 + 3), (2, 2**20)])
 def test_wide_rows_on_the_gpu(shape, dtype):
     """The default configuration on rows that do not fit in one program: more rows than groups, odd widths.
     Relative tolerances: each y of a row this wide is ~1e-5 or less, under any absolute one (zeros would pass)."""
-    tol = {torch.float32: 1e-5, torch.bfloat16: 1e-2}[dtype]
+    tol = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
     x = randn(*shape, dtype=dtype, seed=7)
     torch.testing.assert_close(softmax(x).float(), torch.softmax(x.float(), -1), atol=0, rtol=tol)
     dy = randn(*shape, dtype=dtype, seed=8)
