@@ -27,7 +27,7 @@ Measured on an H100 (do_bench medians, fractions of a copy of the same tensor; 6
 warps to 131072 columns, then 8192 x 4):
 - fp32 backward a row ahead, 4096 x 8 warps: 0.99 / 1.00 / 0.99 / 0.96 / 0.94 against 0.98 / 0.98 / 0.95 /
   0.86 / 0.78; 2048 x 4 within 0.01 of it, 8192 x 8 and 8192 x 16 0.87-0.98; 8192 x 4 and 16384 x 16 spill
-  and run at 0.11-0.15. Kept: the fp32 default (BACKWARD_AHEAD_FROM).
+  and run at 0.11-0.15. Kept: the fp32 default (its WIDE entry's form "ahead").
 - bf16 backward a row ahead, best of the sizes: 0.75 / 0.74 / 0.72 / 0.70 / 0.67 against 0.95 / 0.92 / 0.90 /
   0.84 / 0.72 a row at a time. Not kept.
 - bf16 backward packed, a row ahead, 8192 x 4 warps (255 registers, 48 B of spills): 0.90 / 0.91 / 0.91 / 0.88
