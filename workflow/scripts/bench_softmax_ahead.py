@@ -34,7 +34,7 @@ warps to 131072 columns, then 8192 x 4):
   / 0.85 against 0.95 / 0.92 / 0.90 / 0.84 / 0.72 (the defaults); 2048 x 4 0.92 at 65536 then 0.85-0.63; 4096
   x 4 or 8 0.85-0.89 to 262144, 0.60 at 2^20; 8192 x 8 and x 16 (one program an SM) 0.56-0.66. Packed a row at
   a time: 0.90 / 0.89 / 0.86 / 0.75 / 0.66 at best. Kept: packed a row ahead for bf16 rows wider than 262144.
-  The pipeline's H100 run at 94f9220 then timed it at 2350 GB/s at 2^20 columns (0.778 of its 3024 GB/s
+  The pipeline's H100 run at 94f9220 then timed it at 2350 GB/s at 2^20 columns (0.778 of its 3023 GB/s
   copy); on a third H100, three do_bench medians each, twice, with its inputs and with this script's: 2546-2559
   GB/s against a copy of the same tensor at 2956-2964 (0.86); so the run's figure is that GPU's or that
   moment's, not the inputs'.
@@ -58,7 +58,7 @@ row-ahead two-pass forward (bf16, FAST, unmasked) against _two_pass_forward, seg
 (48), 32768/16384/16 64 (64), 65536/16384/16 64 (64), 65536/32768/32 53 (53); spills 8 B at chunks of 16384 (none).
 
 For each width and dtype it times the public ``softmax_backward`` and (bf16) ``softmax`` (the defaults) and the
-split backward in each form and the row-ahead forward over their sizes, each checked against torch, beside a
+split backward in each form and the row-ahead and packed forwards over their sizes, each checked against torch, beside a
 copy of the same tensor (do_bench medians; fractions of that copy), one CSV row per measurement, and prints the
 best of each.
 """
