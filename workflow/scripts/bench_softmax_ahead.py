@@ -57,10 +57,10 @@ of stack), 237; 8192/8 180, 142; 8192/16 100, 79; 16384/16 128 (48 B), 128 (none
 row-ahead two-pass forward (bf16, FAST, unmasked) against _two_pass_forward, segment/chunk/warps: 32768/8192/16 49
 (48), 32768/16384/16 64 (64), 65536/16384/16 64 (64), 65536/32768/32 53 (53); spills 8 B at chunks of 16384 (none).
 
-For each width and dtype it times the public ``softmax_backward`` and (bf16) ``softmax`` (the defaults) and the
-split backward in each form and the row-ahead and packed forwards over their sizes, each checked against torch, beside a
-copy of the same tensor (do_bench medians; fractions of that copy), one CSV row per measurement, and prints the
-best of each.
+For each width and dtype it times the public ``softmax_backward`` and (bf16) ``softmax`` (the defaults), the
+split backward in each form, and the row-ahead and packed forwards, over their sizes, each checked against
+torch, beside a copy of the same tensor (do_bench medians; fractions of that copy), one CSV row per
+measurement, and prints the best of each.
 """
 from __future__ import annotations
 
