@@ -64,15 +64,13 @@ measurement, and prints the best of each.
 """
 from __future__ import annotations
 
-import argparse
-import sys
-
 import torch
 
 import kernels._softmax as sm  # first: it chooses the backend before triton is imported
 from kernels import softmax, softmax_backward
 from kernels._triton import tl, triton
-from softmax_bench_rows import copy_gbps, summarize, timed  # a sibling: scripts run with their folder on sys.path
+from softmax_bench_rows import copy_gbps, timed  # a sibling: scripts run with their folder on sys.path
+from softmax_bench_rows import main as bench_main
 
 BYTES = 2**28
 SIZES = [(2048, 4), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (8192, 16), (16384, 16)]  # backward: chunk, warps
@@ -299,30 +297,13 @@ def measure(widths: list[int], directions: list[str]) -> list[dict]:
                          for c, w in PACKED_SIZES if c <= n]
             for direction, label, fn in (run for run in runs if run[0] in directions):
                 moved = (2 if direction == "forward" else 3) * y.numel() * dtype.itemsize
-                rows.append(timed(fn, want[direction], moved, copy_rate, 1e-5 if dtype == torch.float32 else 2e-2,
-                                  direction=direction, dtype=str(dtype)[6:], n_cols=n, n_rows=m, sizes=label))
+                rows.append(timed(fn, want[direction], moved, copy_rate, direction=direction, dtype=str(dtype)[6:],
+                                  n_cols=n, n_rows=m, sizes=label))
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", nargs="?", help="the CSV to write")
-    parser.add_argument("--widths", type=lambda s: [int(w) for w in s.split(",")],
-                        default=[65536, 131072, 262144, 524288, 2**20])
-    parser.add_argument("--directions", type=lambda s: s.split(","), default=["forward", "backward"])
-    parser.add_argument("--check", action="store_true", help="the interpreter check (CPU), nothing timed")
-    args = parser.parse_args()
-    if args.check:
-        check()
-        return
-    if not args.out:
-        sys.exit("give the CSV to write (or --check)")
-    import pandas as pd
-
-    table = pd.DataFrame(measure(args.widths, args.directions))
-    table.to_csv(args.out, index=False)
-    summarize(table)
-
-
 if __name__ == "__main__":
-    main()
+    bench_main(__doc__, check, lambda args: measure(args.widths, args.directions),
+               [65536, 131072, 262144, 524288, 2**20],
+               lambda parser: parser.add_argument("--directions", type=lambda s: s.split(","),
+                                                  default=["forward", "backward"]))

@@ -43,15 +43,13 @@ same tensor (do_bench medians; fractions of that copy), one CSV row per measurem
 """
 from __future__ import annotations
 
-import argparse
-import sys
-
 import torch
 
 import kernels._softmax as sm  # first: it chooses the backend before triton is imported
 from kernels import softmax, softmax_backward
 from kernels._triton import tl, triton
-from softmax_bench_rows import copy_gbps, summarize, timed  # a sibling: scripts run with their folder on sys.path
+from softmax_bench_rows import copy_gbps, timed  # a sibling: scripts run with their folder on sys.path
+from softmax_bench_rows import main as bench_main
 
 LOG2E = sm.LOG2E
 BYTES = 2**28
@@ -204,31 +202,12 @@ def measure(widths: list[int], sizes: list[tuple[int, int, int]]) -> list[dict]:
                                  if direction == "forward" else (lambda c=chunk, w=warps, s=stages: backward(y, dy, c, w, s))))
             for direction, label, fn in runs:
                 moved = (2 if direction == "forward" else 3) * x.numel() * dtype.itemsize
-                rows.append(timed(fn, want[direction].float(), moved, copy_rate,
-                                  1e-5 if dtype == torch.float32 else 2e-2, direction=direction,
+                rows.append(timed(fn, want[direction].float(), moved, copy_rate, direction=direction,
                                   dtype=str(dtype)[6:], n_cols=n, n_rows=x.shape[0], sizes=label))
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", nargs="?", help="the CSV to write")
-    parser.add_argument("--widths", type=lambda s: [int(w) for w in s.split(",")],
-                        default=[65536, 131072, 262144, 2**20])
-    parser.add_argument("--quick", action="store_true", help=f"only the sizes {QUICK}")
-    parser.add_argument("--check", action="store_true", help="the interpreter check (CPU), nothing timed")
-    args = parser.parse_args()
-    if args.check:
-        check()
-        return
-    if not args.out:
-        sys.exit("give the CSV to write (or --check)")
-    import pandas as pd
-
-    table = pd.DataFrame(measure(args.widths, QUICK if args.quick else SIZES))
-    table.to_csv(args.out, index=False)
-    summarize(table)
-
-
 if __name__ == "__main__":
-    main()
+    bench_main(__doc__, check, lambda args: measure(args.widths, QUICK if args.quick else SIZES),
+               [65536, 131072, 262144, 2**20],
+               lambda parser: parser.add_argument("--quick", action="store_true", help=f"only the sizes {QUICK}"))
