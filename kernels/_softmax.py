@@ -363,6 +363,14 @@ def _dot(y, dy, PACKED: tl.constexpr):
 
 
 @triton.jit
+def _publish_dot(y, dy, part, counter, chunk, PHASE: tl.constexpr, PACKED: tl.constexpr):
+    """Write a chunk's partial, its sum(y * dy), and (PHASE 0) count in: _publish's part in the backward."""
+    tl.store(part + chunk, _dot(y, dy, PACKED))
+    if PHASE == 0:
+        _arrive(counter)
+
+
+@triton.jit
 def _dx(y, dy, dot, dx_ptr, PACKED: tl.constexpr):
     """y * (dy - dot) in dx's dtype (PACKED: bf16 pairs in 32-bit words, as y and dy are)."""
     if PACKED:
@@ -390,9 +398,8 @@ def _split_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols
     y, dy = _load_pair(y_ptr, dy_ptr, group, y_row, y_col, dy_row, dy_col, cols, n_cols, n_rows)
     if AHEAD:
         if PHASE != 2:
-            tl.store(part_ptr + tl.cast(group, tl.int64) * SPLITS + chunk, _dot(y, dy, PACKED))
-            if PHASE == 0:
-                _arrive(counter_ptr + group)
+            _publish_dot(y, dy, part_ptr + tl.cast(group, tl.int64) * SPLITS, counter_ptr + group, chunk, PHASE,
+                         PACKED)
         y_next, dy_next = _load_pair(y_ptr, dy_ptr, group + n_groups, y_row, y_col, dy_row, dy_col, cols, n_cols,
                                      n_rows)
     for row in range(group, n_rows, n_groups):
@@ -401,9 +408,8 @@ def _split_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols
         if AHEAD:
             if PHASE != 2:
                 if row + n_groups < n_rows:
-                    tl.store(part_ptr + (r + n_groups) * SPLITS + chunk, _dot(y_next, dy_next, PACKED))
-                    if PHASE == 0:
-                        _arrive(counter_ptr + row + n_groups)
+                    _publish_dot(y_next, dy_next, part_ptr + (r + n_groups) * SPLITS, counter_ptr + row + n_groups,
+                                 chunk, PHASE, PACKED)
             y_after, dy_after = _load_pair(y_ptr, dy_ptr, row + 2 * n_groups, y_row, y_col, dy_row, dy_col, cols,
                                            n_cols, n_rows)
         else:
