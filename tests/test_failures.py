@@ -89,6 +89,19 @@ def living_in_group(pgid: int, besides: int) -> list[int]:
     return found
 
 
+def described(pids: list[int]) -> list[str]:
+    """Each process's command line and state, for a failure's message."""
+    found = []
+    for pid in pids:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:160]
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0]
+        except OSError:
+            continue
+        found.append(f"{pid} {state} {cmd}")
+    return found
+
+
 SLOW_CORRECTNESS = b'''
 
 _correctness = correctness
@@ -130,8 +143,8 @@ def test_an_interrupted_run_leaves_no_table_that_reads_as_complete(project, tmp_
                 time.sleep(0.2)
             (os.killpg if group else os.kill)(proc.pid, sig)
             deadline = time.monotonic() + 90
-            while living_in_group(proc.pid, besides=proc.pid):  # Snakemake itself not yet reaped: a zombie
-                assert time.monotonic() < deadline, "the run's jobs outlived it"
+            while alive := living_in_group(proc.pid, besides=proc.pid):  # Snakemake not yet reaped: a zombie
+                assert time.monotonic() < deadline, f"the run's jobs outlived it: {described(alive)}"
                 time.sleep(0.2)
             proc.wait(timeout=120)
     finally:
