@@ -90,15 +90,12 @@ def living_in_group(pgid: int, besides: int) -> list[int]:
 
 
 def described(pids: list[int]) -> list[str]:
-    """Each process's command line and state, for a failure's message."""
+    """Each process's pid and command line, for a failure's message."""
     found = []
     for pid in pids:
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:160]
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0]
-        except OSError:
-            continue
-        found.append(f"{pid} {state} {cmd}")
+        with contextlib.suppress(OSError):  # it ended meanwhile
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            found.append(f"{pid} {command[:160]}")
     return found
 
 
