@@ -59,7 +59,7 @@ def test_shared_jobs_run_together_but_not_beside_a_timing_job(tmp_path, holder):
 
 def test_pin_narrows_visible_devices_to_one_it_holds(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
-    handles = gpu.pin(tmp_path, exclusive=True)
+    handles = gpu.pin(tmp_path, exclusive=True, timing=True)
     assert os.environ["CUDA_VISIBLE_DEVICES"] in ("3", "5")
     for handle in handles:
         handle.close()
@@ -67,16 +67,16 @@ def test_pin_narrows_visible_devices_to_one_it_holds(tmp_path, monkeypatch):
 
 def test_plotting_waits_while_a_kernel_is_timed(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    timing = gpu.pin(tmp_path, exclusive=True)
+    timing = gpu.pin(tmp_path, exclusive=True, timing=True)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # what the next job sees (pin narrowed it for this one)
-    other_gpu = gpu.pin(tmp_path, exclusive=True)  # a second timing job, on the other GPU, still runs
+    other_gpu = gpu.pin(tmp_path, exclusive=True, timing=True)  # a second timing job, on the other GPU, still runs
     assert {h.name for h in other_gpu} != {h.name for h in timing}
     with pytest.raises(TimeoutError):
         gpu.claim(["host"], tmp_path, exclusive=True, poll_s=0.05, timeout_s=0.5)  # what quiet_host asks
     for handle in (*timing, *other_gpu):
         handle.close()
     gpu.quiet_host(tmp_path).close()
-    correctness = gpu.pin(tmp_path, exclusive=False)  # shares its GPU, does not hold the host
+    correctness = gpu.pin(tmp_path, exclusive=False, timing=False)  # shares its GPU, does not hold the host
     gpu.quiet_host(tmp_path).close()
     correctness[0].close()
 
@@ -93,7 +93,7 @@ def test_a_job_alone_for_its_memory_locks_its_gpu_but_not_the_host(tmp_path, mon
 
 def test_no_gpu_means_no_pinning(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu, "visible_gpus", lambda: [])
-    assert gpu.pin(tmp_path, exclusive=True) is None
+    assert gpu.pin(tmp_path, exclusive=True, timing=True) is None
 
 
 def test_locks_are_open_to_every_users_jobs(tmp_path):

@@ -68,14 +68,14 @@ def claim(gpus: list[str], lock_dir: str | os.PathLike, exclusive: bool = True, 
         time.sleep(poll_s)
 
 
-def pin(lock_dir: str | os.PathLike, exclusive: bool, timing: bool | None = None):
+def pin(lock_dir: str | os.PathLike, exclusive: bool, timing: bool):
     """Claim a GPU (``exclusive``: alone on it) and make it the only one this process sees; a ``timing`` job
-    (by default an exclusive one) also holds the host's lock. Returns the locks (keep them open)."""
+    also holds the host's lock. Returns the locks (keep them open)."""
     gpus = visible_gpus()
     if not gpus:
         return None
     gpu, handle = claim(gpus, lock_dir, exclusive)
-    host = claim(["host"], lock_dir, exclusive=False)[1] if (exclusive if timing is None else timing) else None
+    host = claim(["host"], lock_dir, exclusive=False)[1] if timing else None
     os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     return handle, host
 

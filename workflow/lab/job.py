@@ -75,7 +75,8 @@ def _started(pid: str) -> str | None:
     """When process ``pid`` started (Linux /proc), which tells it from a later process given its pid; None
     if there is no such process, it has ended (a zombie, not yet reaped), or there is no /proc."""
     try:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()  # from field 3, the state
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()  # from field 3, the state
     except OSError:
         return None
     return None if fields[0] in "ZX" else fields[19]  # field 22, starttime
