@@ -90,13 +90,11 @@ WIDE = (
     # to 131072 columns then 8192 x 4: 0.98 / 0.96 / 0.86 / 0.78
     ("backward", 4, None, (0, 4096, 8, "ahead")),
     ("backward", 2, 128 * KiB, (65536, 16384, 32)),  # bf16 to 65536 columns: 0.88 (split path 0.57-0.80)
-    # bf16 to 262144 columns, H100: 0.90-0.92 on the split path (chunks held in bf16) against 0.83-0.84 with
-    # segments of 16384 (H200 at 0.78-0.80 before the split path held bf16)
-    ("backward", 2, 512 * KiB, (0, 8192, 4)),
-    # wider bf16, H100, 524288 / 2^20 columns: packed 0.88 / 0.85 against 0.84 / 0.72 a row at a time (chunks
-    # of 8192 x 8 warps, then segments of 65536 x 16384 x 16 warps); a row ahead but not packed, 0.68 / 0.67 at
-    # best: a bf16 value then takes about an fp32's registers, so that a program of the same occupancy keeps
-    # half the bytes in flight (workflow/scripts/bench_softmax_ahead.py)
+    # wider bf16, H100, packed a row ahead (dx rounded by the GPU's cvt), 131072 / 262144 / 524288 / 2^20
+    # columns: 0.98 / 0.98 / 0.98 / 0.94 against 0.92 / 0.90 / 0.88 / 0.86 a row at a time (8192 x 4, to 262144
+    # columns) or packed with dx rounded by integer arithmetic; a row ahead but not packed, 0.67-0.75: a bf16
+    # value then takes about an fp32's registers, so that a program of the same occupancy keeps half the bytes
+    # in flight (workflow/scripts/bench_softmax_ahead.py)
     ("backward", 2, None, (0, 8192, 4, "packed")),
 )
 
@@ -154,6 +152,7 @@ def softmax_writeup(x: torch.Tensor, block_size: int | None = None, *,
 # ---------------------------------------------------------------------------------------------------------
 # The improved kernels
 LOG2E = tl.constexpr(1.4426950408889634)
+_INTERPRETED = tl.constexpr(backend.current() == "interpreter")
 
 
 @triton.jit
@@ -353,6 +352,17 @@ def _bf16_bits(x):
 
 
 @triton.jit
+def _pack_bf16(even, odd):
+    """fp32 pairs rounded to bf16 (to nearest, ties to even) as 32-bit words, even in the low half. The GPU's
+    cvt rounds two at once (bf16 backward at 2^20 columns, H100: 0.94 of copy against 0.86 by integer
+    arithmetic); Triton's interpreter truncates on conversion to bf16, so it takes _bf16_bits."""
+    if _INTERPRETED:
+        return (_bf16_bits(even) | (_bf16_bits(odd) << 16)).to(tl.int32, bitcast=True)
+    return tl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,r,r", [odd, even], dtype=tl.int32,
+                                     is_pure=True, pack=1)
+
+
+@triton.jit
 def _dot(y, dy, PACKED: tl.constexpr):
     """This chunk's sum(y * dy) in fp32."""
     if PACKED:
@@ -376,8 +386,7 @@ def _dx(y, dy, dot, dx_ptr, PACKED: tl.constexpr):
     if PACKED:
         y_even, y_odd = _unpack(y)
         dy_even, dy_odd = _unpack(dy)
-        dx = _bf16_bits(y_even * (dy_even - dot)) | (_bf16_bits(y_odd * (dy_odd - dot)) << 16)
-        return dx.to(tl.int32, bitcast=True)
+        return _pack_bf16(y_even * (dy_even - dot), y_odd * (dy_odd - dot))
     return (y.to(tl.float32) * (dy.to(tl.float32) - dot)).to(dx_ptr.dtype.element_ty)
 
 

@@ -228,21 +228,25 @@ def test_packed_bf16_backward_matches_autograd(path, shape):
 
 
 def test_packed_backward_rounds_as_torch_does():
-    """_bf16_bits: ties to even, subnormals, the largest values and infinities exact; NaN stays NaN."""
+    """_pack_bf16 (the GPU's cvt, the interpreter's integer arithmetic): ties to even, subnormals, the largest
+    values and infinities exact; NaN stays NaN; the even column in the low half of its word."""
     x = torch.tensor([1.0, 1.00390625, 1.01171875, -1.00390625, -2.5e-39, 1e-45, 3.4e38, -3.4e38, float("inf"),
                       -float("inf"), -0.0, float("nan")] + randn(2000, seed=1).mul(1e3).tolist(), device=DEVICE)
-    got = torch.empty(x.numel(), dtype=torch.int32, device=DEVICE)
-    _bits_of[(1,)](x, got, x.numel(), BLOCK=triton.next_power_of_2(x.numel()))
-    want = x.to(torch.bfloat16).view(torch.int16).to(torch.int32) & 0xFFFF
+    words = torch.empty(x.numel() // 2, dtype=torch.int32, device=DEVICE)
+    _packed[(1,)](x, words, words.numel(), BLOCK=triton.next_power_of_2(words.numel()))
+    got = words.view(torch.bfloat16)  # little-endian: word i holds columns 2i (low half) and 2i + 1
+    want = x.to(torch.bfloat16)
     finite = ~x.isnan()
-    assert torch.equal(got[finite], want[finite])
-    assert got[~finite].to(torch.int16).view(torch.bfloat16).isnan().all()
+    assert torch.equal(got[finite].view(torch.int16), want[finite].view(torch.int16))
+    assert got[~finite].isnan().all()
 
 
 @triton.jit
-def _bits_of(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+def _packed(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     i = tl.arange(0, BLOCK)
-    tl.store(out_ptr + i, sm._bf16_bits(tl.load(x_ptr + i, mask=i < n)).to(tl.int32, bitcast=True), mask=i < n)
+    even = tl.load(x_ptr + 2 * i, mask=i < n)
+    odd = tl.load(x_ptr + 2 * i + 1, mask=i < n)
+    tl.store(out_ptr + i, sm._pack_bf16(even, odd), mask=i < n)
 
 
 def test_autograd_gradcheck_style():

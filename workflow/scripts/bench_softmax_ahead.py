@@ -194,8 +194,7 @@ def split_forward_packed(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, 
             even, odd = sm._unpack(x)
             y_even = tl.exp2(tl.fma(even - row_max, sm.LOG2E, log2_scale))
             y_odd = tl.exp2(tl.fma(odd - row_max, sm.LOG2E, log2_scale))
-            y = sm._bf16_bits(y_even) | (sm._bf16_bits(y_odd) << 16)
-            tl.store(out_ptr + r * out_row + words, y.to(tl.int32, bitcast=True), mask=words < n_cols)
+            tl.store(out_ptr + r * out_row + words, sm._pack_bf16(y_even, y_odd), mask=words < n_cols)
         x = following
         following = after
 
