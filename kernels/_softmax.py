@@ -75,16 +75,18 @@ KiB = 1024
 # Wider rows: (direction, element size, widest row in bytes or None) -> (segment, chunk, warps[, form]), the
 # first entry that matches. Segment 0 is the split path (chunks of `chunk` columns held on chip, one read); a
 # segment > 0 is the two-pass path (each `segment` columns of a row walked twice in chunks, the second read
-# from L2). The split backward's form: a row at a time (none), "ahead" (Settings.ahead), or "packed" (bf16
-# chunks held two to a 32-bit word, Settings.packed, and a row ahead).
+# from L2). The split path's form: "packed" (bf16 chunks held two to a 32-bit word, Settings.packed; the backward
+# then runs a row ahead), and for the backward, a row at a time (none) or "ahead" (Settings.ahead); the split
+# forward always runs a row ahead.
 WIDE = (
     ("forward", 4, 256 * KiB, (65536, 32768, 32)),  # fp32 to 65536 columns: 0.87 (split path 0.77)
     ("forward", 4, None, (0, 4096, 4)),  # wider fp32: 0.74-0.77 (two-pass 0.65-0.73)
     ("forward", 2, 128 * KiB, (131072, 16384, 16)),  # bf16 to 65536 columns: 0.82-0.87 (32768 x 32 warps: 0.68-0.79)
     ("forward", 2, 256 * KiB, (131072, 32768, 32)),  # bf16 at 131072 columns, one segment: 0.88 (H100)
-    # wider bf16, H100 (one exp per element in the split forward), 262144 / 524288 / 2^20 columns: 0.75 / 0.74 /
-    # 0.70 against 0.67 / 0.68 / 0.68 with segments of 131072 (H200 before: 0.61-0.73), the split path 0.69-0.75
-    ("forward", 2, None, (65536, 32768, 32)),
+    # wider bf16, H100, packed (two exps per element, the output rounded by the GPU's cvt), 262144 / 524288 /
+    # 2^20 columns: 0.84 / 0.81 / 0.77 against 0.75 / 0.74 / 0.70 two-pass (segments of 65536 x 32768 x 32),
+    # 0.67 / 0.68 / 0.68 with segments of 131072, the split path unpacked 0.69-0.75
+    ("forward", 2, None, (0, 8192, 4, "packed")),
     # fp32, H100, a row ahead, 65536 / 262144 / 524288 / 2^20 columns: 0.99 / 0.99 / 0.96 / 0.94 (chunks of
     # 2048 x 4 warps 0.98 / 0.98 / 0.97 / 0.94; 8192 x 8 0.96 / 0.96 / 0.92 / 0.87); a row at a time, 4096 x 4
     # to 131072 columns then 8192 x 4: 0.98 / 0.96 / 0.86 / 0.78
@@ -153,6 +155,7 @@ def softmax_writeup(x: torch.Tensor, block_size: int | None = None, *,
 # The improved kernels
 LOG2E = tl.constexpr(1.4426950408889634)
 _INTERPRETED = tl.constexpr(backend.current() == "interpreter")
+NEG_INF_PAIR = tl.constexpr(-8323200)  # 0xFF80FF80: two bf16 -inf in a 32-bit word
 
 
 @triton.jit
@@ -256,24 +259,42 @@ def _row_mask(cols, n_cols, row, n_rows):
 
 
 @triton.jit
-def _load_chunk(x_ptr, row, x_row, cols, x_col, n_cols, n_rows, EVEN: tl.constexpr):
-    """A chunk of row ``row`` as fp32, -inf past the row; a row past the last (the loop reads ahead) is all
-    -inf, or, EVEN (chunks cover the rows exactly: no mask), the last row again, which is never used."""
+def _load_chunk(x_ptr, row, x_row, cols, x_col, n_cols, n_rows, EVEN: tl.constexpr, PACKED: tl.constexpr):
+    """A chunk of row ``row`` as fp32 (PACKED: 32-bit words of two bf16, as stored), -inf past the row; a row
+    past the last (the loop reads ahead) is all -inf, or, EVEN (chunks cover the rows exactly: no mask), the
+    last row again, which is never used."""
     if EVEN:
         row = tl.minimum(row, n_rows - 1)
-    return _load(x_ptr + tl.cast(row, tl.int64) * x_row + cols * x_col, _row_mask(cols, n_cols, row, n_rows),
-                 -float("inf"), EVEN, "")
+    ptrs = x_ptr + tl.cast(row, tl.int64) * x_row + cols * x_col
+    present = _row_mask(cols, n_cols, row, n_rows)
+    if not PACKED:
+        chunk = _load(ptrs, present, -float("inf"), EVEN, "")
+    elif EVEN:
+        chunk = tl.load(ptrs)
+    else:
+        chunk = tl.load(ptrs, mask=present, other=NEG_INF_PAIR)
+    return chunk  # one return: Triton type-checks each return it meets, past a constexpr branch that returned too
 
 
 @triton.jit
-def _publish(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr):
+def _publish(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr, PACKED: tl.constexpr):
     """Write a chunk's partials, the max m and the sum of e = exp(x - m), and (PHASE 0) count in. Returns
-    (e, m): the output is then e * exp(m - row max) / row sum, one exp per element rather than two."""
-    m = tl.max(x, axis=0)
-    m_safe = tl.where(m == -float("inf"), 0.0, m)  # a chunk of -inf sums to 0, not NaN
-    e = tl.exp2((x - m_safe) * LOG2E)
+    (e, m): the output is then e * exp(m - row max) / row sum, one exp per element rather than two. PACKED
+    returns x as it is (its words hold a chunk in half an fp32 chunk's registers), the output's exps taken
+    again from it."""
+    if PACKED:
+        even, odd = _unpack(x)
+        m = tl.maximum(tl.max(even, axis=0), tl.max(odd, axis=0))
+        m_safe = tl.where(m == -float("inf"), 0.0, m)  # a chunk of -inf sums to 0, not NaN
+        total = tl.sum(tl.exp2((even - m_safe) * LOG2E) + tl.exp2((odd - m_safe) * LOG2E), axis=0)
+        e = x
+    else:
+        m = tl.max(x, axis=0)
+        m_safe = tl.where(m == -float("inf"), 0.0, m)
+        e = tl.exp2((x - m_safe) * LOG2E)
+        total = tl.sum(e, axis=0)
     tl.store(part + chunk, m)
-    tl.store(part + SPLITS + chunk, tl.sum(e, axis=0))
+    tl.store(part + SPLITS + chunk, total)
     if PHASE == 0:
         _arrive(counter)
     return e, m  # m, not m_safe: a chunk of -inf then gets exp(-inf - row max) = 0, not 0 * overflow
@@ -282,31 +303,32 @@ def _publish(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr)
 @triton.jit
 def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col,
                    n_groups, CHUNK: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
-                   PHASE: tl.constexpr, EVEN: tl.constexpr):
+                   PHASE: tl.constexpr, EVEN: tl.constexpr, PACKED: tl.constexpr):
     """Program (group, chunk) handles columns [chunk * CHUNK, +CHUNK) of rows group, group + n_groups, ...
     PHASE 0: the whole softmax, waiting at each row's counter (GPU); 1: partials only; 2: output from
     partials. The loop runs a row ahead: before it waits for the other programs' partials of a row, it
     publishes its partials of the next row and issues the loads of the one after, so that a wait
-    overlaps with work and loads. EVEN: the chunks cover the rows exactly, so no column is masked."""
+    overlaps with work and loads. EVEN: the chunks cover the rows exactly, so no column is masked. PACKED:
+    bf16 rows seen as 32-bit words of two columns (n_cols, CHUNK and the strides count words)."""
     pid = tl.program_id(0)
     group = pid // SPLITS  # < n_rows: the launch never has more groups than rows
     chunk = pid % SPLITS
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
     splits = tl.arange(0, SPLITS_P2)
-    x = _load_chunk(x_ptr, group, x_row, cols, x_col, n_cols, n_rows, EVEN)
+    x = _load_chunk(x_ptr, group, x_row, cols, x_col, n_cols, n_rows, EVEN, PACKED)
     m = tl.full([], 0.0, tl.float32)
     if PHASE != 2:  # from here on x holds exp(x - m), this chunk's m
         x, m = _publish(x, part_ptr + tl.cast(group, tl.int64) * (2 * SPLITS), counter_ptr + group, chunk,
-                        SPLITS, PHASE)
-    following = _load_chunk(x_ptr, group + n_groups, x_row, cols, x_col, n_cols, n_rows, EVEN)
+                        SPLITS, PHASE, PACKED)
+    following = _load_chunk(x_ptr, group + n_groups, x_row, cols, x_col, n_cols, n_rows, EVEN, PACKED)
     for row in range(group, n_rows, n_groups):
         r = tl.cast(row, tl.int64)
         m_following = tl.full([], 0.0, tl.float32)
         if PHASE != 2:
             if row + n_groups < n_rows:
                 following, m_following = _publish(following, part_ptr + (r + n_groups) * (2 * SPLITS),
-                                                   counter_ptr + row + n_groups, chunk, SPLITS, PHASE)
-        after = _load_chunk(x_ptr, row + 2 * n_groups, x_row, cols, x_col, n_cols, n_rows, EVEN)
+                                                   counter_ptr + row + n_groups, chunk, SPLITS, PHASE, PACKED)
+        after = _load_chunk(x_ptr, row + 2 * n_groups, x_row, cols, x_col, n_cols, n_rows, EVEN, PACKED)
         if PHASE == 0:
             _wait(counter_ptr + row, SPLITS)
         if PHASE != 1:
@@ -315,11 +337,16 @@ def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row,
             ls = tl.load(part + SPLITS + splits, mask=splits < SPLITS, other=0.0, volatile=True)
             row_max = tl.max(ms, axis=0)
             total = tl.sum(ls * tl.exp2((ms - row_max) * LOG2E), axis=0)
-            if PHASE == 2:
-                y = tl.exp2((x - row_max) * LOG2E) * (1.0 / total)
+            if PACKED:
+                even, odd = _unpack(x)
+                log2_scale = -tl.log2(total)
+                y = _pack_bf16(tl.exp2(tl.fma(even - row_max, LOG2E, log2_scale)),
+                               tl.exp2(tl.fma(odd - row_max, LOG2E, log2_scale)))
+            elif PHASE == 2:
+                y = (tl.exp2((x - row_max) * LOG2E) * (1.0 / total)).to(out_ptr.dtype.element_ty)
             else:
-                y = x * (tl.exp2((m - row_max) * LOG2E) / total)
-            _store(out_ptr + r * out_row + cols * out_col, y.to(out_ptr.dtype.element_ty), cols < n_cols, EVEN)
+                y = (x * (tl.exp2((m - row_max) * LOG2E) / total)).to(out_ptr.dtype.element_ty)
+            _store(out_ptr + r * out_row + cols * out_col, y, cols < n_cols, EVEN)
         x = following
         m = m_following
         following = after
@@ -567,7 +594,7 @@ class Settings:
     reload: bool = False  # the backward's rows path reads y and dy a second time rather than hold them
     prefetch: bool = False  # the forward's rows path: a program per SM, each loading its next tile early
     ahead: bool = False  # the backward's split path runs a row ahead (_split_backward's AHEAD)
-    packed: bool = False  # ... holding bf16 in pairs (PACKED), where the rows allow it (_in_words)
+    packed: bool = False  # the split path holds bf16 in pairs (PACKED), where the rows allow it (_in_words)
 
 
 MAX_COLS = 2**31 - 2**16  # column offsets are 32-bit in every path, a chunk (<= 32768) past the last column included
@@ -580,8 +607,8 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
     """The one place softmax's sizes are chosen (the tuned defaults above), by row width, element size,
     direction, and (bf16) whether 16-bit rows are bf16. Keyword overrides, for tuning and tests, replace a
     default each (the others stay the width's defaults): row_limit (columns) moves the rows path's end,
-    segment picks the path past it (0: split, > 0: two-pass), ahead and packed a split backward's form
-    (packed: bf16 only). Sizes are in elements; the forward's default tile holds TILE_BYTES of input.
+    segment picks the path past it (0: split, > 0: two-pass), ahead a split backward's form, packed
+    the split path's (bf16 only). Sizes are in elements; the forward's default tile holds TILE_BYTES of input.
     Raises ValueError past MAX_COLS columns."""
     if not 1 <= n_cols <= MAX_COLS:
         raise ValueError(f"n_cols must be 1..{MAX_COLS} (column offsets are 32-bit), got {n_cols}")
@@ -606,7 +633,7 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
     default_segment, default_chunk, default_warps, *form = default
     segment = default_segment if segment is None else segment
     split_backward = backward and not segment
-    packed = split_backward and bf16 and (form == ["packed"] if packed is None else packed)
+    packed = not segment and bf16 and (form == ["packed"] if packed is None else packed)
     # a "packed" entry runs a row ahead only packed: unpacked (fp16, or bf16 told not to pack), its chunks
     # would take an fp32's registers and spill
     default_ahead = form == ["ahead"] or (form == ["packed"] and packed)
@@ -721,10 +748,14 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     strides = [*x.stride(), *out.stride()]
     cfg = launch_settings(n_cols, x.element_size(), bf16=x.dtype == torch.bfloat16, **overrides)
     if cfg.split:
+        # rows a packed entry cannot pack (_in_words) take the split forward in fp32
+        packed = cfg.packed and cfg.chunk > 1 and _in_words(x) and _in_words(out)
+        if packed:
+            x, out, cfg = x.view(torch.int32), out.view(torch.int32), dataclasses.replace(cfg, chunk=cfg.chunk // 2)
         _split_launch(_two_pass_forward if cfg.segment else _split_forward,
                       dict(out_ptr=out, x_ptr=x, x_row=x.stride(0), x_col=x.stride(1), out_row=out.stride(0),
-                           out_col=out.stride(1)), n_rows, n_cols, cfg, 2, EVEN=_covers(n_cols, cfg),
-                      **(dict(FAST=out.element_size() <= 2) if cfg.segment else {}))
+                           out_col=out.stride(1)), n_rows, x.shape[1], cfg, 2, EVEN=_covers(x.shape[1], cfg),
+                      **(dict(FAST=out.element_size() <= 2) if cfg.segment else dict(PACKED=packed)))
     else:
         programs = triton.cdiv(n_rows, cfg.block_m)
         if cfg.prefetch:

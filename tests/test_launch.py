@@ -147,26 +147,26 @@ def test_every_width_past_the_rows_path_has_an_entry_of_the_wide_table(element_s
     assert chosen == sorted(chosen)
 
 
-def test_the_split_backward_takes_its_form_from_the_wide_table_and_an_override_wins():
-    """A row ahead where the entry says "ahead", or "packed" and the rows are bf16; packed only there and only
-    for bf16 (its words are bf16 pairs); neither off the split backward."""
+def test_the_split_path_takes_its_form_from_the_wide_table_and_an_override_wins():
+    """Packed where the entry says "packed" and the rows are bf16 (its words are bf16 pairs), in either
+    direction; the backward a row ahead where the entry says "ahead", or packs; neither off the split path,
+    and no row ahead for the forward (its split kernel always runs one)."""
     for direction, size, widest, (_, _, _, *form) in sm.WIDE:
-        if direction != "backward":
-            continue
+        backward = direction == "backward"
         n_cols = widest // size if widest else 2**20
         for bf16 in (False, True) if size == 2 else (False,):
-            cfg = sm.launch_settings(n_cols, size, backward=True, bf16=bf16)
+            cfg = sm.launch_settings(n_cols, size, backward, bf16=bf16)
             assert cfg.packed == (bf16 and form == ["packed"])
-            assert cfg.ahead == (not cfg.segment and (form == ["ahead"] or cfg.packed))
-            if cfg.packed:  # told not to pack, it goes a row at a time too
-                assert not sm.launch_settings(n_cols, size, backward=True, bf16=bf16, packed=False).ahead
-            forced = sm.launch_settings(n_cols, size, backward=True, bf16=bf16, segment=0, ahead=not cfg.ahead,
+            assert cfg.ahead == (backward and not cfg.segment and (form == ["ahead"] or cfg.packed))
+            if cfg.packed and backward:  # told not to pack, it goes a row at a time too
+                assert not sm.launch_settings(n_cols, size, backward, bf16=bf16, packed=False).ahead
+            forced = sm.launch_settings(n_cols, size, backward, bf16=bf16, segment=0, ahead=not cfg.ahead,
                                         packed=True)
-            assert forced.ahead != cfg.ahead and forced.packed == bf16
-            assert not sm.launch_settings(n_cols, size, backward=True, bf16=bf16, segment=1024, ahead=True,
+            assert forced.ahead == (backward and not cfg.ahead) and forced.packed == bf16
+            assert not sm.launch_settings(n_cols, size, backward, bf16=bf16, segment=1024, ahead=True,
                                           packed=True).packed
-            assert not sm.launch_settings(n_cols, size, bf16=bf16, segment=0, ahead=True, packed=True).ahead
-    assert not sm.launch_settings(4096, 2, backward=True, bf16=True, packed=True).packed  # the rows path
+    for backward in (False, True):  # the rows path
+        assert not sm.launch_settings(4096, 2, backward, bf16=True, packed=True).packed
 
 
 @pytest.mark.parametrize("n_cols", [0, sm.MAX_COLS + 1])

@@ -145,7 +145,7 @@ def test_the_warp_specialized_dq_tiles_compile_within_hopper_shared_memory():
 def test_the_wide_softmax_kernels_compile_in_every_form():
     """Each entry of softmax's WIDE table, at its widest row (2^20 columns where it has no limit), compiles for
     sm_90 as it runs: forwards with the column masks (EVEN off) and without them (EVEN: chunks that cover the
-    rows); split backwards a row at a time and a row ahead, and (bf16) packed in 32-bit words or not."""
+    rows); split backwards a row at a time and a row ahead; split kernels (bf16) packed in 32-bit words or not."""
     import triton
 
     from kernels import _softmax as sm
@@ -164,8 +164,10 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
             forms = [dict(AHEAD=ahead, PACKED=packed) for ahead in (False, True) for packed in (False, size == 2)]
         elif backward:
             forms = [{}]
+        elif cfg.segment:
+            forms = [dict(EVEN=even, FAST=size == 2) for even in (False, True)]
         else:
-            forms = [dict(EVEN=even, **(dict(FAST=size == 2) if cfg.segment else {})) for even in (False, True)]
+            forms = [dict(EVEN=even, PACKED=packed) for even in (False, True) for packed in (False, size == 2)]
         for form in forms:
             words = form.get("PACKED", False)  # two bf16 columns a word: half the columns, half the chunk
             splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)
@@ -177,6 +179,6 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
             requests[f"{kernel} {elt} {n_cols} {form}"] = dict(
                 module="kernels._softmax", kernel=kernel, arg_types=types, constexprs=dict(consts, **form),
                 num_warps=cfg.num_warps, num_stages=3)  # Triton's default, as _split_launch leaves it
-    assert len(requests) == sum(2 if d == "forward" else 1 if sizes[0] else 2 * (1 + (size == 2))
+    assert len(requests) == sum(1 if d == "backward" and sizes[0] else 2 * (1 + (size == 2 and not sizes[0]))
                                 for d, size, _, sizes in sm.WIDE)
     assert_all_fit(requests)

@@ -1,5 +1,5 @@
 """The wide softmax paths a row ahead (GPU only; not part of the pipeline): the split backward's forms (a row
-at a time or ahead; bf16 packed or not), a row-ahead two-pass forward and a packed split forward (bf16), for
+at a time or ahead; bf16 packed or not), a row-ahead two-pass forward and the packed split forward (bf16), for
 rows wider than 32768 columns.
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_softmax_ahead.py out.csv [--widths 262144,1048576]
@@ -40,12 +40,19 @@ warps to 131072 columns, then 8192 x 4):
   moment's, not the inputs'.
 - bf16 two-pass forward a row ahead, best of the segments: 0.65 at every width against 0.92 / 0.89 / 0.75 /
   0.74 / 0.70. Not kept.
-- bf16 split forward packed (split_forward_packed: rows held as 32-bit words, two exps per element, the output
-  rounded by integer arithmetic), best of the sizes: 0.76 / 0.72 / 0.61 / 0.58 / 0.56 (4096 x 8 warps first,
-  8192 x 4 at 262144) against 0.92 / 0.89 / 0.75 / 0.74 / 0.71, on another H100. Not kept: the forward does
-  more arithmetic a byte than the backward, and the second exp, the unpacking and the rounding cost more than
-  the registers they free (sm_90a, 4096 x 4 warps: 96 registers against the split forward's 127; 8192 x 4: 197
-  against 237).
+- bf16 split forward packed (rows held as 32-bit words, two exps per element, the output rounded by integer
+  arithmetic), best of the sizes: 0.76 / 0.72 / 0.61 / 0.58 / 0.56 (4096 x 8 warps first, 8192 x 4 at 262144)
+  against 0.92 / 0.89 / 0.75 / 0.74 / 0.71, on another H100. Not kept then: the second exp, the unpacking and
+  the rounding cost more than the registers they free (sm_90a, 4096 x 4 warps: 96 registers against the split
+  forward's 127; 8192 x 4: 197 against 237).
+- Both packed forms with the output rounded by the GPU's cvt.rn.bf16x2.f32 (two values an instruction;
+  kernels/_softmax.py's _pack_bf16) instead, on two more H100s: the backward a row ahead, 8192 x 4 warps, 0.98
+  / 0.98 / 0.98 / 0.94 at 131072 / 262144 / 524288 / 2^20 against 0.91 / 0.91 / 0.89 / 0.86 with integer
+  rounding (two alternated runs each; 4096 x 4 0.60-0.98 by width and run, 4096 x 8 0.62-0.92); at 65536
+  0.97-0.98 against 0.95 for the default two-pass (one segment). The forward, 8192 x 4: 0.84 / 0.81 / 0.77 at
+  262144 / 524288 / 2^20 against 0.75 / 0.74 / 0.70 for the defaults of the time (two-pass); at 131072 and
+  narrower the defaults win (0.89 against 0.85); 4096 x 4 0.64-0.84, 8192 x 8 0.66-0.85, 16384 x 8 or 16
+  0.60-0.68. Kept: packed past 131072 columns, both directions (the backward from 131072).
 
 Registers a thread and spills of the sm_90a builds (triton 3.9, ptxas, rows of 2^20 columns, unit column
 strides, 16-divisible pointers and row strides), the row-ahead backward against the row-at-a-time one,
@@ -137,75 +144,9 @@ def two_pass_forward_ahead(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols
                 sm._store(out_ptr + r * out_row + cols * out_col, y.to(out_ptr.dtype.element_ty), cols < end, EVEN)
 
 
-NEG_INF_PAIR = tl.constexpr(-8323200)  # 0xFF80FF80: two bf16 -inf in a 32-bit word
-
-
-@triton.jit
-def _load_words(x_ptr, row, x_row, words, n_words, n_rows):
-    """Row ``row``'s chunk as 32-bit words of two bf16 columns; -inf past the row, or for a row past the last."""
-    return tl.load(x_ptr + tl.cast(row, tl.int64) * x_row + words, mask=sm._row_mask(words, n_words, row, n_rows),
-                   other=NEG_INF_PAIR)
-
-
-@triton.jit
-def _publish_words(w, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr):
-    """_publish for a chunk of words: its max and sum of exp, (PHASE 0) counted in; nothing kept but the words."""
-    even, odd = sm._unpack(w)
-    m = tl.maximum(tl.max(even, axis=0), tl.max(odd, axis=0))
-    m_safe = tl.where(m == -float("inf"), 0.0, m)  # a chunk of -inf sums to 0, not NaN
-    tl.store(part + chunk, m)
-    tl.store(part + SPLITS + chunk, tl.sum(tl.exp2((even - m_safe) * sm.LOG2E) + tl.exp2((odd - m_safe) * sm.LOG2E),
-                                           axis=0))
-    if PHASE == 0:
-        sm._arrive(counter)
-
-
-@triton.jit
-def split_forward_packed(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row, out_row, n_groups,
-                         CHUNK: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, PHASE: tl.constexpr):
-    """kernels/_softmax.py's _split_forward (a row ahead) on bf16 rows held as 32-bit words (n_cols, CHUNK and
-    the row strides count words): two exps per element (one for the partials, one for the output) where the
-    committed kernel holds exp(x - m) in fp32, a chunk then in fewer registers. Slower (the docstring)."""
-    pid = tl.program_id(0)
-    group = pid // SPLITS
-    chunk = pid % SPLITS
-    words = chunk * CHUNK + tl.arange(0, CHUNK)
-    splits = tl.arange(0, SPLITS_P2)
-    x = _load_words(x_ptr, group, x_row, words, n_cols, n_rows)
-    if PHASE != 2:
-        _publish_words(x, part_ptr + tl.cast(group, tl.int64) * (2 * SPLITS), counter_ptr + group, chunk, SPLITS,
-                       PHASE)
-    following = _load_words(x_ptr, group + n_groups, x_row, words, n_cols, n_rows)
-    for row in range(group, n_rows, n_groups):
-        r = tl.cast(row, tl.int64)
-        if PHASE != 2:
-            if row + n_groups < n_rows:
-                _publish_words(following, part_ptr + (r + n_groups) * (2 * SPLITS), counter_ptr + row + n_groups,
-                               chunk, SPLITS, PHASE)
-        after = _load_words(x_ptr, row + 2 * n_groups, x_row, words, n_cols, n_rows)
-        if PHASE == 0:
-            sm._wait(counter_ptr + row, SPLITS)
-        if PHASE != 1:
-            part = part_ptr + r * (2 * SPLITS)
-            ms = tl.load(part + splits, mask=splits < SPLITS, other=-float("inf"), volatile=True)
-            ls = tl.load(part + SPLITS + splits, mask=splits < SPLITS, other=0.0, volatile=True)
-            row_max = tl.max(ms, axis=0)
-            log2_scale = -tl.log2(tl.sum(ls * tl.exp2((ms - row_max) * sm.LOG2E), axis=0))
-            even, odd = sm._unpack(x)
-            y_even = tl.exp2(tl.fma(even - row_max, sm.LOG2E, log2_scale))
-            y_odd = tl.exp2(tl.fma(odd - row_max, sm.LOG2E, log2_scale))
-            tl.store(out_ptr + r * out_row + words, sm._pack_bf16(y_even, y_odd), mask=words < n_cols)
-        x = following
-        following = after
-
-
 def forward_packed(x: torch.Tensor, chunk: int, warps: int) -> torch.Tensor:
-    """bf16 rows of even width, unit column strides: seen as words, ``chunk`` bf16 columns a program."""
-    out = torch.empty_like(x)
-    xw, ow = x.view(torch.int32), out.view(torch.int32)
-    sm._split_launch(split_forward_packed, dict(out_ptr=ow, x_ptr=xw, x_row=xw.stride(0), out_row=ow.stride(0)),
-                     x.shape[0], xw.shape[1], sm.Settings(True, 1, 0, chunk // 2, warps), 2)
-    return out
+    """The split forward holding bf16 rows as words (kernels/_softmax.py, PACKED), ``chunk`` columns a program."""
+    return sm._forward(x, torch.empty_like(x), segment=0, chunk=chunk, warps=warps, packed=True)
 
 
 def forward_arguments(x: torch.Tensor, out: torch.Tensor) -> dict:
@@ -250,9 +191,9 @@ def backward(y: torch.Tensor, dy: torch.Tensor, chunk: int, warps: int, form: st
 
 def check() -> None:
     """The row-ahead forward against torch in the interpreter, fp32 and fp16 (the split backward's forms are
-    kernels/_softmax.py's, tested in tests/test_softmax.py): rows of several segments, widths that do and do not
-    fill the chunks, more rows than programs (the phased launches), transposed strides; then the packed split
-    forward on bf16 (rows of one chunk: the one-launch form; of several: phased)."""
+    kernels/_softmax.py's, tested in tests/test_softmax.py, as is the packed forward): rows of several segments,
+    widths that do and do not fill the chunks, more rows than programs (the phased launches), transposed
+    strides."""
     for dtype in (torch.float32, torch.float16):
         for n_rows, n_cols, segment, chunk in ((5, 128, 64, 32), (7, 100, 32, 16), (4, 97, 64, 32)):
             x = torch.randn(n_rows, n_cols).to(dtype)
@@ -264,11 +205,6 @@ def check() -> None:
                 torch.testing.assert_close(forward_phased(x, segment, chunk, groups).float(), want, atol=tol, rtol=0)
             xt = x.t().contiguous().t()  # column strides > 1
             torch.testing.assert_close(forward(xt, segment, chunk, 4).float(), want, atol=tol, rtol=0)
-    for n_rows, n_cols, chunk in ((5, 256, 64), (3, 100, 64), (7, 64, 64), (300, 40, 64)):  # bf16 by torch alone
-        x = (torch.randn(n_rows, n_cols) * 4).to(torch.bfloat16)
-        x[1, :70] = -float("inf")  # a chunk of -inf, or (40 and 64 columns) a whole row: NaN, as torch gives
-        want = torch.softmax(x.float(), -1)
-        torch.testing.assert_close(forward_packed(x, chunk, 4).float(), want, atol=2**-8, rtol=2**-7, equal_nan=True)
     print("interpreter check passed")
 
 
