@@ -76,8 +76,8 @@ KiB = 1024
 # first entry that matches. Segment 0 is the split path (chunks of `chunk` columns held on chip, one read); a
 # segment > 0 is the two-pass path (each `segment` columns of a row walked twice in chunks, the second read
 # from L2). The split path's form: "packed" (bf16 chunks held two to a 32-bit word, Settings.packed; the backward
-# then runs a row ahead), and for the backward, a row at a time (none) or "ahead" (Settings.ahead); the split
-# forward always runs a row ahead.
+# then runs a row ahead; an entry for bf16 rows that pack, others take the next), and for the backward, a row
+# at a time (none) or "ahead" (Settings.ahead); the split forward always runs a row ahead.
 WIDE = (
     ("forward", 4, 256 * KiB, (65536, 32768, 32)),  # fp32 to 65536 columns: 0.87 (split path 0.77)
     ("forward", 4, None, (0, 4096, 4)),  # wider fp32: 0.74-0.77 (two-pass 0.65-0.73)
@@ -87,6 +87,9 @@ WIDE = (
     # 2^20 columns: 0.84 / 0.81 / 0.77 against 0.75 / 0.74 / 0.70 two-pass (segments of 65536 x 32768 x 32),
     # 0.67 / 0.68 / 0.68 with segments of 131072, the split path unpacked 0.69-0.75
     ("forward", 2, None, (0, 8192, 4, "packed")),
+    # fp16, and bf16 rows that do not pack: two-pass, 0.76 / 0.74 / 0.70 (fp16, H100) against 0.72 / 0.69 / 0.68
+    # for the split forward of 8192 x 4 warps (4096 x 4 0.68-0.70, 8192 x 8 0.69-0.74)
+    ("forward", 2, None, (65536, 32768, 32)),
     # fp32, H100, a row ahead, 65536 / 262144 / 524288 / 2^20 columns: 0.99 / 0.99 / 0.96 / 0.94 (chunks of
     # 2048 x 4 warps 0.98 / 0.98 / 0.97 / 0.94; 8192 x 8 0.96 / 0.96 / 0.92 / 0.87); a row at a time, 4096 x 4
     # to 131072 columns then 8192 x 4: 0.98 / 0.96 / 0.86 / 0.78
@@ -98,6 +101,7 @@ WIDE = (
     # value then takes about an fp32's registers, so that a program of the same occupancy keeps half the bytes
     # in flight (workflow/scripts/bench_softmax_ahead.py)
     ("backward", 2, None, (0, 8192, 4, "packed")),
+    ("backward", 2, None, (0, 8192, 4)),  # fp16, and bf16 rows that do not pack: a row at a time (see above)
 )
 
 
@@ -628,15 +632,14 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
                         reload=backward and (default_reload if reload is None else reload),
                         prefetch=not backward and (default_prefetch if prefetch is None else prefetch))
     direction = "backward" if backward else "forward"
+    may_pack = bf16 and packed is not False  # a "packed" entry is for rows that pack; others take a later one
     default = next(sizes for d, size, widest, sizes in WIDE if d == direction and size == (4 if element_size >= 4 else 2)
-                   and (widest is None or n_cols * element_size <= widest))
+                   and (widest is None or n_cols * element_size <= widest) and (sizes[3:] != ("packed",) or may_pack))
     default_segment, default_chunk, default_warps, *form = default
     segment = default_segment if segment is None else segment
     split_backward = backward and not segment
     packed = not segment and bf16 and (form == ["packed"] if packed is None else packed)
-    # a "packed" entry runs a row ahead only packed: unpacked (fp16, or bf16 told not to pack), its chunks
-    # would take an fp32's registers and spill
-    default_ahead = form == ["ahead"] or (form == ["packed"] and packed)
+    default_ahead = form in (["ahead"], ["packed"])
     return Settings(True, 1, 0, chunk or default_chunk, warps or default_warps, segment,
                     ahead=split_backward and (default_ahead if ahead is None else ahead), packed=packed)
 
@@ -734,6 +737,17 @@ def _in_words(t: torch.Tensor) -> bool:
     return t.stride(1) == 1 and t.shape[1] % 2 == 0 and t.stride(0) % 2 == 0 and t.data_ptr() % 4 == 0
 
 
+def _settings(n_cols: int, tensors: tuple, backward: bool, overrides: dict) -> Settings:
+    """launch_settings for these tensors' rows; rows that a packed entry cannot see as words (_in_words) get
+    the entry for rows that do not pack (unpacked, a packed entry's sizes would hold bf16 chunks in an fp32's
+    registers and spill: the backward at 8192 x 4 warps a row ahead, 0.62 of copy on an H100)."""
+    size, bf16 = tensors[0].element_size(), tensors[0].dtype == torch.bfloat16
+    cfg = launch_settings(n_cols, size, backward, bf16=bf16, **overrides)
+    if cfg.packed and not (cfg.chunk > 1 and all(_in_words(t) for t in tensors)):
+        cfg = launch_settings(n_cols, size, backward, bf16=bf16, **dict(overrides, packed=False))
+    return cfg
+
+
 @serialized
 def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     """Rows that fit one program's tile (launch_settings), else the split or two-pass path; overrides as there."""
@@ -746,16 +760,14 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
         out.copy_(_forward.__wrapped__(x, torch.empty(x.shape, dtype=out.dtype, device=out.device), **overrides))
         return out
     strides = [*x.stride(), *out.stride()]
-    cfg = launch_settings(n_cols, x.element_size(), bf16=x.dtype == torch.bfloat16, **overrides)
+    cfg = _settings(n_cols, (x, out), False, overrides)
     if cfg.split:
-        # rows a packed entry cannot pack (_in_words) take the split forward in fp32
-        packed = cfg.packed and cfg.chunk > 1 and _in_words(x) and _in_words(out)
-        if packed:
-            x, out, cfg = x.view(torch.int32), out.view(torch.int32), dataclasses.replace(cfg, chunk=cfg.chunk // 2)
+        t = [u.view(torch.int32) for u in (out, x)] if cfg.packed else [out, x]  # words: half the columns
+        cfg = dataclasses.replace(cfg, chunk=cfg.chunk // 2) if cfg.packed else cfg
         _split_launch(_two_pass_forward if cfg.segment else _split_forward,
-                      dict(out_ptr=out, x_ptr=x, x_row=x.stride(0), x_col=x.stride(1), out_row=out.stride(0),
-                           out_col=out.stride(1)), n_rows, x.shape[1], cfg, 2, EVEN=_covers(x.shape[1], cfg),
-                      **(dict(FAST=out.element_size() <= 2) if cfg.segment else dict(PACKED=packed)))
+                      dict(out_ptr=t[0], x_ptr=t[1], x_row=t[1].stride(0), x_col=t[1].stride(1), out_row=t[0].stride(0),
+                           out_col=t[0].stride(1)), n_rows, t[1].shape[1], cfg, 2, EVEN=_covers(t[1].shape[1], cfg),
+                      **(dict(FAST=out.element_size() <= 2) if cfg.segment else dict(PACKED=cfg.packed)))
     else:
         programs = triton.cdiv(n_rows, cfg.block_m)
         if cfg.prefetch:
@@ -774,18 +786,14 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
         return dx
     y, dy = (t if _columns_fit(t) else t.contiguous() for t in (y, dy))
     strides = [*y.stride(), *dy.stride(), *dx.stride()]
-    cfg = launch_settings(n_cols, y.element_size(), backward=True, bf16=y.dtype == torch.bfloat16, **overrides)
+    cfg = _settings(n_cols, (y, dy), True, overrides)  # dx is contiguous and as wide
     if cfg.split:
-        # dx is contiguous and as wide. Rows a packed form cannot pack go a row at a time: a row ahead, their
-        # chunks would take an fp32's registers (bf16, 8192 x 4 warps: spills, 0.62 of copy on an H100).
-        packed = cfg.packed and cfg.chunk > 1 and _in_words(y) and _in_words(dy)
-        ahead = cfg.ahead and (packed or not cfg.packed)
-        t = [u.view(torch.int32) for u in (dx, y, dy)] if packed else [dx, y, dy]
+        t = [u.view(torch.int32) for u in (dx, y, dy)] if cfg.packed else [dx, y, dy]
         _split_launch(_two_pass_backward if cfg.segment else _split_backward,
                       dict(dx_ptr=t[0], y_ptr=t[1], dy_ptr=t[2], y_row=t[1].stride(0), y_col=t[1].stride(1),
                            dy_row=t[2].stride(0), dy_col=t[2].stride(1), dx_row=t[0].stride(0), dx_col=t[0].stride(1)),
-                      n_rows, t[1].shape[1], dataclasses.replace(cfg, chunk=cfg.chunk // 2) if packed else cfg, 1,
-                      **({} if cfg.segment else dict(AHEAD=ahead, PACKED=packed)))
+                      n_rows, t[1].shape[1], dataclasses.replace(cfg, chunk=cfg.chunk // 2) if cfg.packed else cfg, 1,
+                      **({} if cfg.segment else dict(AHEAD=cfg.ahead, PACKED=cfg.packed)))
     else:
         even = n_cols == cfg.block_n and n_rows % cfg.block_m == 0
         _rows_backward[(triton.cdiv(n_rows, cfg.block_m),)](dx, y, dy, n_rows, n_cols, *strides, BLOCK_M=cfg.block_m,

@@ -155,18 +155,39 @@ def test_the_split_path_takes_its_form_from_the_wide_table_and_an_override_wins(
         backward = direction == "backward"
         n_cols = widest // size if widest else 2**20
         for bf16 in (False, True) if size == 2 else (False,):
-            cfg = sm.launch_settings(n_cols, size, backward, bf16=bf16)
+            if form == ["packed"] and not bf16:
+                continue  # fp16 rows take a later entry (below)
+            cfg = sm.launch_settings(n_cols, size, backward, bf16=bf16, packed=None if form == ["packed"] else False)
             assert cfg.packed == (bf16 and form == ["packed"])
-            assert cfg.ahead == (backward and not cfg.segment and (form == ["ahead"] or cfg.packed))
-            if cfg.packed and backward:  # told not to pack, it goes a row at a time too
-                assert not sm.launch_settings(n_cols, size, backward, bf16=bf16, packed=False).ahead
+            assert cfg.ahead == (backward and not cfg.segment and form in (["ahead"], ["packed"]))
             forced = sm.launch_settings(n_cols, size, backward, bf16=bf16, segment=0, ahead=not cfg.ahead,
                                         packed=True)
             assert forced.ahead == (backward and not cfg.ahead) and forced.packed == bf16
             assert not sm.launch_settings(n_cols, size, backward, bf16=bf16, segment=1024, ahead=True,
                                           packed=True).packed
-    for backward in (False, True):  # the rows path
-        assert not sm.launch_settings(4096, 2, backward, bf16=True, packed=True).packed
+    for backward in (False, True):
+        assert not sm.launch_settings(4096, 2, backward, bf16=True, packed=True).packed  # the rows path
+        # at 2^20 columns bf16 packs; fp16, and bf16 told not to pack, take the entry after (a row at a time)
+        assert sm.launch_settings(2**20, 2, backward, bf16=True).packed
+        fp16 = sm.launch_settings(2**20, 2, backward)
+        assert not fp16.packed and not fp16.ahead
+        assert sm.launch_settings(2**20, 2, backward, bf16=True, packed=False) == fp16
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_rows_that_cannot_be_seen_as_words_take_the_unpacked_entry(backward):
+    """bf16 rows pack where every tensor's rows are whole 32-bit words: not at an odd width, an odd row stride,
+    a column stride or an address off 4 bytes; there they get what fp16 rows get."""
+    n = 2**20
+    buffer = torch.empty(2 * n + 4, dtype=torch.bfloat16)
+    words = buffer[: 2 * n].view(2, n)
+    assert sm._settings(n, (words, words), backward, {}).packed
+    for rows in (buffer[: 2 * n + 2].view(2, n + 1), buffer[: 2 * n].view(n, 2).t(),
+                 buffer[: 2 * n + 2].as_strided((2, n), (n + 1, 1))):
+        cfg = sm._settings(rows.shape[1], (rows, rows), backward, {})
+        assert not cfg.packed and cfg == sm.launch_settings(rows.shape[1], 2, backward)
+    off = buffer[1: 2 * n + 1].view(2, n)  # 2 bytes past a word: one such tensor is enough
+    assert sm._settings(n, (words, off), backward, {}) == sm.launch_settings(n, 2, backward)
 
 
 @pytest.mark.parametrize("n_cols", [0, sm.MAX_COLS + 1])

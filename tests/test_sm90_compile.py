@@ -145,29 +145,31 @@ def test_the_warp_specialized_dq_tiles_compile_within_hopper_shared_memory():
 def test_the_wide_softmax_kernels_compile_in_every_form():
     """Each entry of softmax's WIDE table, at its widest row (2^20 columns where it has no limit), compiles for
     sm_90 as it runs: forwards with the column masks (EVEN off) and without them (EVEN: chunks that cover the
-    rows); split backwards a row at a time and a row ahead; split kernels (bf16) packed in 32-bit words or not."""
+    rows); split backwards a row at a time and a row ahead; a "packed" entry's split kernels packed in 32-bit
+    words and not (rows that cannot be seen as words)."""
     import triton
 
     from kernels import _softmax as sm
 
     requests = {}
-    for direction, size, widest, _ in sm.WIDE:
+    for entry, (direction, size, widest, (_, _, _, *entry_form)) in enumerate(sm.WIDE):
         n_cols = widest // size if widest else 2**20
         backward = direction == "backward"
-        cfg = sm.launch_settings(n_cols, size, backward, bf16=size == 2)
+        packs = entry_form == ["packed"]
+        cfg = sm.launch_settings(n_cols, size, backward, bf16=size == 2, packed=None if packs else False)
         kernel = ("_two_pass_" if cfg.segment else "_split_") + direction
         elt = "fp32" if size == 4 else "bf16"
         tensors = ("dx_ptr", "y_ptr", "dy_ptr") if backward else ("out_ptr", "x_ptr")
         strides = ("y_row", "y_col", "dy_row", "dy_col", "dx_row", "dx_col") if backward else (
             "x_row", "x_col", "out_row", "out_col")
         if backward and not cfg.segment:
-            forms = [dict(AHEAD=ahead, PACKED=packed) for ahead in (False, True) for packed in (False, size == 2)]
+            forms = [dict(AHEAD=ahead, PACKED=packed) for ahead in (False, True) for packed in {False, packs}]
         elif backward:
             forms = [{}]
         elif cfg.segment:
             forms = [dict(EVEN=even, FAST=size == 2) for even in (False, True)]
         else:
-            forms = [dict(EVEN=even, PACKED=packed) for even in (False, True) for packed in (False, size == 2)]
+            forms = [dict(EVEN=even, PACKED=packed) for even in (False, True) for packed in {False, packs}]
         for form in forms:
             words = form.get("PACKED", False)  # two bf16 columns a word: half the columns, half the chunk
             splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)
@@ -176,9 +178,9 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
             consts = dict(CHUNK=cfg.chunk // 2 if words else cfg.chunk, SPLITS=splits,
                           SPLITS_P2=triton.next_power_of_2(splits), PHASE=0,
                           **(dict(SEGMENT=cfg.segment) if cfg.segment else {}))
-            requests[f"{kernel} {elt} {n_cols} {form}"] = dict(
+            requests[f"entry {entry}: {kernel} {elt} {n_cols} {form}"] = dict(
                 module="kernels._softmax", kernel=kernel, arg_types=types, constexprs=dict(consts, **form),
                 num_warps=cfg.num_warps, num_stages=3)  # Triton's default, as _split_launch leaves it
-    assert len(requests) == sum(1 if d == "backward" and sizes[0] else 2 * (1 + (size == 2 and not sizes[0]))
-                                for d, size, _, sizes in sm.WIDE)
+    assert len(requests) == sum(1 if d == "backward" and sizes[0] else 2 * (1 + (sizes[3:] == ("packed",)))
+                                for d, _, _, sizes in sm.WIDE)
     assert_all_fit(requests)

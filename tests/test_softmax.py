@@ -200,7 +200,7 @@ def test_packed_bf16_forward(path, shape):
     x[2] = -float("inf")
     out_buffer = torch.full_like(x_buffer, 7.0)
     out = out_buffer[:n_rows, :n_cols]
-    sm._forward(x, out, **PACKED_FORWARD_PATHS[path])
+    assert sm._forward(x, out, **PACKED_FORWARD_PATHS[path]) is out
     want = torch.softmax(x.float(), -1)
     torch.testing.assert_close(out.float(), want, atol=2**-9, rtol=2**-8, equal_nan=True)
     outside = torch.ones_like(out_buffer, dtype=torch.bool)
