@@ -19,7 +19,8 @@ backward for autograd:
   then the group's next rows). Each program keeps its chunk in registers, publishes the chunk's max and
   sum of exp, counts itself in at the row's counter, waits until the whole group has, combines the
   partials and writes its chunk (the forward keeps its chunk's exp(x - chunk max) from the partial sum and
-  rescales it: one exp per element): still one read and one write. The wait needs every program of a group
+  rescales it: one exp per element; bf16 rows held packed, two to a 32-bit word, take two): still one read
+  and one write. The wait needs every program of a group
   resident at once, so the grid never exceeds what fits on the GPU at a time (read from the compiled
   kernel). Triton's interpreter runs programs one after another, where the wait would never end, so
   there (and on a GPU too small for one row's group) the same kernel runs in two launches, partials
@@ -96,8 +97,8 @@ WIDE = (
     ("backward", 4, None, (0, 4096, 8, "ahead")),
     ("backward", 2, 128 * KiB, (65536, 16384, 32)),  # bf16 to 65536 columns: 0.88 (split path 0.57-0.80)
     # wider bf16, H100, packed a row ahead (dx rounded by the GPU's cvt), 131072 / 262144 / 524288 / 2^20
-    # columns: 0.98 / 0.98 / 0.98 / 0.94 against 0.92 / 0.90 / 0.88 / 0.86 a row at a time (8192 x 4, to 262144
-    # columns) or packed with dx rounded by integer arithmetic; a row ahead but not packed, 0.67-0.75: a bf16
+    # columns: 0.98 / 0.98 / 0.98 / 0.94 against 0.91 / 0.91 / 0.89 / 0.86 with dx rounded by integer arithmetic,
+    # and 0.92 / 0.90 a row at a time (8192 x 4, to 262144 columns); a row ahead but not packed, 0.67-0.75: a bf16
     # value then takes about an fp32's registers, so that a program of the same occupancy keeps half the bytes
     # in flight (workflow/scripts/bench_softmax_ahead.py)
     ("backward", 2, None, (0, 8192, 4, "packed")),
@@ -321,7 +322,7 @@ def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row,
     splits = tl.arange(0, SPLITS_P2)
     x = _load_chunk(x_ptr, group, x_row, cols, x_col, n_cols, n_rows, EVEN, PACKED)
     m = tl.full([], 0.0, tl.float32)
-    if PHASE != 2:  # from here on x holds exp(x - m), this chunk's m
+    if PHASE != 2:  # from here on x holds exp(x - m), this chunk's m (PACKED: x as loaded)
         x, m = _publish(x, part_ptr + tl.cast(group, tl.int64) * (2 * SPLITS), counter_ptr + group, chunk,
                         SPLITS, PHASE, PACKED)
     following = _load_chunk(x_ptr, group + n_groups, x_row, cols, x_col, n_cols, n_rows, EVEN, PACKED)
@@ -632,7 +633,9 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
                         reload=backward and (default_reload if reload is None else reload),
                         prefetch=not backward and (default_prefetch if prefetch is None else prefetch))
     direction = "backward" if backward else "forward"
-    may_pack = bf16 and packed is not False  # a "packed" entry is for rows that pack; others take a later one
+    bf16 = bf16 and element_size == 2
+    # a "packed" entry is for rows that pack (not told otherwise, nor given a two-pass segment); others take the next
+    may_pack = bf16 and packed is not False and not segment
     default = next(sizes for d, size, widest, sizes in WIDE if d == direction and size == (4 if element_size >= 4 else 2)
                    and (widest is None or n_cols * element_size <= widest) and (sizes[3:] != ("packed",) or may_pack))
     default_segment, default_chunk, default_warps, *form = default
@@ -734,7 +737,8 @@ def _columns_fit(t: torch.Tensor) -> bool:
 def _in_words(t: torch.Tensor) -> bool:
     """Whether t's rows can be seen as 32-bit words of two columns (torch's view as int32): unit column strides,
     even widths and row strides, 4-byte aligned."""
-    return t.stride(1) == 1 and t.shape[1] % 2 == 0 and t.stride(0) % 2 == 0 and t.data_ptr() % 4 == 0
+    return (t.stride(1) == 1 and t.shape[1] % 2 == 0 and t.stride(0) % 2 == 0 and t.storage_offset() % 2 == 0
+            and t.data_ptr() % 4 == 0)
 
 
 def _settings(n_cols: int, tensors: tuple, backward: bool, overrides: dict) -> Settings:
@@ -746,6 +750,13 @@ def _settings(n_cols: int, tensors: tuple, backward: bool, overrides: dict) -> S
     if cfg.packed and not (cfg.chunk > 1 and all(_in_words(t) for t in tensors)):
         cfg = launch_settings(n_cols, size, backward, bf16=bf16, **dict(overrides, packed=False))
     return cfg
+
+
+def _words(cfg: Settings, *tensors: torch.Tensor) -> tuple:
+    """(cfg, tensors) as a split kernel takes them: packed, int32 views (two columns a word) and half the chunk."""
+    if not cfg.packed:
+        return cfg, tensors
+    return dataclasses.replace(cfg, chunk=cfg.chunk // 2), tuple(t.view(torch.int32) for t in tensors)
 
 
 @serialized
@@ -762,8 +773,7 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     strides = [*x.stride(), *out.stride()]
     cfg = _settings(n_cols, (x, out), False, overrides)
     if cfg.split:
-        t = [u.view(torch.int32) for u in (out, x)] if cfg.packed else [out, x]  # words: half the columns
-        cfg = dataclasses.replace(cfg, chunk=cfg.chunk // 2) if cfg.packed else cfg
+        cfg, t = _words(cfg, out, x)
         _split_launch(_two_pass_forward if cfg.segment else _split_forward,
                       dict(out_ptr=t[0], x_ptr=t[1], x_row=t[1].stride(0), x_col=t[1].stride(1), out_row=t[0].stride(0),
                            out_col=t[0].stride(1)), n_rows, t[1].shape[1], cfg, 2, EVEN=_covers(t[1].shape[1], cfg),
@@ -788,11 +798,11 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
     strides = [*y.stride(), *dy.stride(), *dx.stride()]
     cfg = _settings(n_cols, (y, dy), True, overrides)  # dx is contiguous and as wide
     if cfg.split:
-        t = [u.view(torch.int32) for u in (dx, y, dy)] if cfg.packed else [dx, y, dy]
+        cfg, t = _words(cfg, dx, y, dy)
         _split_launch(_two_pass_backward if cfg.segment else _split_backward,
                       dict(dx_ptr=t[0], y_ptr=t[1], dy_ptr=t[2], y_row=t[1].stride(0), y_col=t[1].stride(1),
                            dy_row=t[2].stride(0), dy_col=t[2].stride(1), dx_row=t[0].stride(0), dx_col=t[0].stride(1)),
-                      n_rows, t[1].shape[1], dataclasses.replace(cfg, chunk=cfg.chunk // 2) if cfg.packed else cfg, 1,
+                      n_rows, t[1].shape[1], cfg, 1,
                       **({} if cfg.segment else dict(AHEAD=cfg.ahead, PACKED=cfg.packed)))
     else:
         even = n_cols == cfg.block_n and n_rows % cfg.block_m == 0

@@ -131,8 +131,8 @@ def test_softmax_rows_path_sizes():
 
 
 @pytest.mark.parametrize("backward", [False, True])
-@pytest.mark.parametrize("element_size", [2, 4])
-def test_every_width_past_the_rows_path_has_an_entry_of_the_wide_table(element_size, backward):
+@pytest.mark.parametrize("element_size, bf16", [(2, True), (2, False), (4, False)])
+def test_every_width_past_the_rows_path_has_an_entry_of_the_wide_table(element_size, bf16, backward):
     """The WIDE table ends, for each direction and element size, in an entry for any width; wider rows never
     go back to an earlier entry; a two-pass segment is never narrower than its chunk."""
     direction = "backward" if backward else "forward"
@@ -140,7 +140,7 @@ def test_every_width_past_the_rows_path_has_an_entry_of_the_wide_table(element_s
     assert entries and [w for d, size, w, _ in sm.WIDE if (d, size) == (direction, element_size)][-1] is None
     chosen = []
     for n_cols in (32769, 65536, 65537, 131072, 262147, 2**20, sm.MAX_COLS):
-        cfg = sm.launch_settings(n_cols, element_size, backward, bf16=element_size == 2)
+        cfg = sm.launch_settings(n_cols, element_size, backward, bf16=bf16)
         assert cfg.split and cfg.segment >= 0 and (cfg.segment == 0 or cfg.segment >= cfg.chunk)
         form = ("packed",) if cfg.packed else ("ahead",) if cfg.ahead else ()
         chosen.append(entries.index((cfg.segment, cfg.chunk, cfg.num_warps, *form)))
@@ -148,30 +148,35 @@ def test_every_width_past_the_rows_path_has_an_entry_of_the_wide_table(element_s
 
 
 def test_the_split_path_takes_its_form_from_the_wide_table_and_an_override_wins():
-    """Packed where the entry says "packed" and the rows are bf16 (its words are bf16 pairs), in either
-    direction; the backward a row ahead where the entry says "ahead", or packs; neither off the split path,
-    and no row ahead for the forward (its split kernel always runs one)."""
-    for direction, size, widest, (_, _, _, *form) in sm.WIDE:
+    """Each entry at its widest row gives its sizes and form: packed where it says "packed" (bf16 rows only, its
+    words are bf16 pairs; an entry after a packed one for the same widths is fp16's), a row ahead for the
+    backward where it says "ahead" or packs; overrides win, packing only bf16 on the split path, and the
+    forward never runs a row ahead by request (its split kernel always does)."""
+    for i, (direction, size, widest, (segment, chunk, warps, *form)) in enumerate(sm.WIDE):
         backward = direction == "backward"
         n_cols = widest // size if widest else 2**20
-        for bf16 in (False, True) if size == 2 else (False,):
-            if form == ["packed"] and not bf16:
-                continue  # fp16 rows take a later entry (below)
-            cfg = sm.launch_settings(n_cols, size, backward, bf16=bf16, packed=None if form == ["packed"] else False)
-            assert cfg.packed == (bf16 and form == ["packed"])
-            assert cfg.ahead == (backward and not cfg.segment and form in (["ahead"], ["packed"]))
+        after_packed = any(e[:3] == (direction, size, widest) and e[3][3:] == ("packed",) for e in sm.WIDE[:i])
+        for bf16 in [b for b in ((False, True) if size == 2 else (False,))
+                     if (form != ["packed"] or b) and not (after_packed and b)]:
+            cfg = sm.launch_settings(n_cols, size, backward, bf16=bf16)
+            assert (cfg.segment, cfg.chunk, cfg.num_warps) == (segment, chunk, warps), (i, bf16)
+            assert cfg.packed == (form == ["packed"])
+            assert cfg.ahead == (backward and not segment and form in (["ahead"], ["packed"]))
             forced = sm.launch_settings(n_cols, size, backward, bf16=bf16, segment=0, ahead=not cfg.ahead,
                                         packed=True)
             assert forced.ahead == (backward and not cfg.ahead) and forced.packed == bf16
-            assert not sm.launch_settings(n_cols, size, backward, bf16=bf16, segment=1024, ahead=True,
-                                          packed=True).packed
+            two_pass = sm.launch_settings(n_cols, size, backward, bf16=bf16, segment=1024, ahead=True, packed=True)
+            assert not two_pass.packed and not two_pass.ahead
     for backward in (False, True):
         assert not sm.launch_settings(4096, 2, backward, bf16=True, packed=True).packed  # the rows path
-        # at 2^20 columns bf16 packs; fp16, and bf16 told not to pack, take the entry after (a row at a time)
+        assert not sm.launch_settings(2**20, 4, backward, bf16=True, segment=0, packed=True).packed  # 4-byte rows
+        # at 2^20 columns bf16 packs; fp16, bf16 told not to pack or given a segment take the entry after
         assert sm.launch_settings(2**20, 2, backward, bf16=True).packed
         fp16 = sm.launch_settings(2**20, 2, backward)
         assert not fp16.packed and not fp16.ahead
         assert sm.launch_settings(2**20, 2, backward, bf16=True, packed=False) == fp16
+        assert sm.launch_settings(2**20, 2, backward, bf16=True, segment=65536) == sm.launch_settings(
+            2**20, 2, backward, segment=65536)
 
 
 @pytest.mark.parametrize("backward", [False, True])
@@ -188,6 +193,10 @@ def test_rows_that_cannot_be_seen_as_words_take_the_unpacked_entry(backward):
         assert not cfg.packed and cfg == sm.launch_settings(rows.shape[1], 2, backward)
     off = buffer[1: 2 * n + 1].view(2, n)  # 2 bytes past a word: one such tensor is enough
     assert sm._settings(n, (words, off), backward, {}) == sm.launch_settings(n, 2, backward)
+    # an odd storage offset on a word-aligned address (storage 2 bytes off): torch refuses its int32 view
+    shifted = torch.frombuffer(bytearray(4 * n + 8), dtype=torch.bfloat16, offset=2)[1: 2 * n + 1].view(2, n)
+    assert shifted.data_ptr() % 4 == 0 and shifted.storage_offset() % 2 == 1
+    assert not sm._settings(n, (shifted, shifted), backward, {}).packed
 
 
 @pytest.mark.parametrize("n_cols", [0, sm.MAX_COLS + 1])

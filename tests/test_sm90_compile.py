@@ -146,7 +146,7 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
     """Each entry of softmax's WIDE table, at its widest row (2^20 columns where it has no limit), compiles for
     sm_90 as it runs: forwards with the column masks (EVEN off) and without them (EVEN: chunks that cover the
     rows); split backwards a row at a time and a row ahead; a "packed" entry's split kernels packed in 32-bit
-    words and not (rows that cannot be seen as words)."""
+    words (rows that cannot be seen as words take the next entry)."""
     import triton
 
     from kernels import _softmax as sm
@@ -163,13 +163,13 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
         strides = ("y_row", "y_col", "dy_row", "dy_col", "dx_row", "dx_col") if backward else (
             "x_row", "x_col", "out_row", "out_col")
         if backward and not cfg.segment:
-            forms = [dict(AHEAD=ahead, PACKED=packed) for ahead in (False, True) for packed in {False, packs}]
+            forms = [dict(AHEAD=ahead, PACKED=packs) for ahead in (False, True)]
         elif backward:
             forms = [{}]
         elif cfg.segment:
             forms = [dict(EVEN=even, FAST=size == 2) for even in (False, True)]
         else:
-            forms = [dict(EVEN=even, PACKED=packed) for even in (False, True) for packed in {False, packs}]
+            forms = [dict(EVEN=even, PACKED=packs) for even in (False, True)]
         for form in forms:
             words = form.get("PACKED", False)  # two bf16 columns a word: half the columns, half the chunk
             splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)
@@ -181,6 +181,5 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
             requests[f"entry {entry}: {kernel} {elt} {n_cols} {form}"] = dict(
                 module="kernels._softmax", kernel=kernel, arg_types=types, constexprs=dict(consts, **form),
                 num_warps=cfg.num_warps, num_stages=3)  # Triton's default, as _split_launch leaves it
-    assert len(requests) == sum(1 if d == "backward" and sizes[0] else 2 * (1 + (sizes[3:] == ("packed",)))
-                                for d, _, _, sizes in sm.WIDE)
+    assert len(requests) == sum(1 if d == "backward" and sizes[0] else 2 for d, _, _, sizes in sm.WIDE)
     assert_all_fit(requests)

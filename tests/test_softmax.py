@@ -160,10 +160,14 @@ def test_no_path_reads_or_writes_outside_its_rows(shape, path):
 
 def test_the_unmasked_forms_are_taken_where_the_chunks_cover_the_rows():
     """The test above is about something: EVEN holds for 128 columns in every split and two-pass form
-    there, and not for 130."""
+    there, and not for 130; so too for the packed forward's words at 128 and 256 columns, not at 150."""
     for path in ("split", "two-pass", "two-pass, a program per row"):
         assert sm._covers(128, sm.launch_settings(128, 4, **FORWARD_PATHS[path])), path
         assert not sm._covers(130, sm.launch_settings(130, 4, **FORWARD_PATHS[path])), path
+    for n_cols, even in ((128, True), (256, True), (150, False)):
+        x = torch.empty(3, n_cols, dtype=torch.bfloat16)
+        cfg, (words,) = sm._words(sm._settings(n_cols, (x, x), False, PACKED_FORWARD_PATHS["split, packed"]), x)
+        assert cfg.packed and sm._covers(words.shape[1], cfg) == even, n_cols
 
 
 @triton.jit

@@ -11,9 +11,10 @@ slowest at every row. bench_softmax_wait.py measured what that costs on an H100:
 results) the fp32 backward at 2^20 columns ran at 0.92 of copy against 0.78. Its AHEAD form runs a row ahead
 as the split forward does: it holds this row's and the next row's chunks of y and dy, publishes and arrives for
 the next row before it waits for this one, and has the row after that in flight (three rows of two tensors).
-Its PACKED form holds bf16 rows as 32-bit words, two columns each, unpacked only at use and dx rounded to bf16
-by integer arithmetic: the sm_90a builds of the other forms hold a bf16 chunk in about as many registers as an
-fp32 one, so that a bf16 program of the same occupancy keeps half the bytes in flight.
+Its PACKED form holds bf16 rows as 32-bit words, two columns each, unpacked only at use and dx rounded to bf16 (by
+integer arithmetic at first, now by the GPU's paired conversion, below): the sm_90a builds of the other forms hold
+a bf16 chunk in about as many registers as an fp32 one, so that a bf16 program of the same occupancy keeps half
+the bytes in flight.
 
 The two-pass forward (bf16 rows wider than 65536 columns) waits likewise: a program walks its segment of a row
 for the max and sum, arrives, and waits for the row's other segments before its second walk. Without the
@@ -146,7 +147,10 @@ def two_pass_forward_ahead(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols
 
 def forward_packed(x: torch.Tensor, chunk: int, warps: int) -> torch.Tensor:
     """The split forward holding bf16 rows as words (kernels/_softmax.py, PACKED), ``chunk`` columns a program."""
-    return sm._forward(x, torch.empty_like(x), segment=0, chunk=chunk, warps=warps, packed=True)
+    out = torch.empty_like(x)
+    settings = dict(segment=0, chunk=chunk, warps=warps, packed=True)
+    assert sm._settings(x.shape[1], (x, out), False, settings).packed, "rows that do not pack"
+    return sm._forward(x, out, **settings)
 
 
 def forward_arguments(x: torch.Tensor, out: torch.Tensor) -> dict:

@@ -110,7 +110,7 @@ def split_forward_staged(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, 
         part = part_ptr + r * (2 * SPLITS)  # [max of each chunk..., sum of exp of each chunk...]
         token = 0
         if PHASE != 2:
-            sm._publish(x, part, counter_ptr + row, chunk, SPLITS, 1)  # the partials alone: this kernel arrives below
+            sm._publish(x, part, counter_ptr + row, chunk, SPLITS, 1, False)  # the partials alone: this kernel arrives below
             if PHASE == 0:
                 token = _wait(counter_ptr + row, SPLITS, _arrive(counter_ptr + row))
         if PHASE != 1:
