@@ -157,27 +157,27 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
         backward = direction == "backward"
         packs = entry_form == ["packed"]
         cfg = sm.launch_settings(n_cols, size, backward, bf16=size == 2, packed=None if packs else False)
+        assert cfg.packed == packs, entry
         kernel = ("_two_pass_" if cfg.segment else "_split_") + direction
+        launched, _ = sm._words(cfg)  # packed: two bf16 columns a word, half the chunk
         elt = "fp32" if size == 4 else "bf16"
         tensors = ("dx_ptr", "y_ptr", "dy_ptr") if backward else ("out_ptr", "x_ptr")
         strides = ("y_row", "y_col", "dy_row", "dy_col", "dx_row", "dx_col") if backward else (
             "x_row", "x_col", "out_row", "out_col")
         if backward and not cfg.segment:
-            forms = [dict(AHEAD=ahead, PACKED=packs) for ahead in (False, True)]
+            forms = [dict(AHEAD=ahead, PACKED=cfg.packed) for ahead in (False, True)]
         elif backward:
             forms = [{}]
         elif cfg.segment:
             forms = [dict(EVEN=even, FAST=size == 2) for even in (False, True)]
         else:
-            forms = [dict(EVEN=even, PACKED=packs) for even in (False, True)]
+            forms = [dict(EVEN=even, PACKED=cfg.packed) for even in (False, True)]
+        splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)
+        types = dict(**dict.fromkeys(tensors, "*i32" if cfg.packed else f"*{elt}"), part_ptr="*fp32",
+                     counter_ptr="*i32", **dict.fromkeys(("n_rows", "n_cols", *strides, "n_groups"), "i32"))
+        consts = dict(CHUNK=launched.chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits), PHASE=0,
+                      **(dict(SEGMENT=cfg.segment) if cfg.segment else {}))
         for form in forms:
-            words = form.get("PACKED", False)  # two bf16 columns a word: half the columns, half the chunk
-            splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)
-            types = dict(**dict.fromkeys(tensors, "*i32" if words else f"*{elt}"), part_ptr="*fp32", counter_ptr="*i32",
-                         **dict.fromkeys(("n_rows", "n_cols", *strides, "n_groups"), "i32"))
-            consts = dict(CHUNK=cfg.chunk // 2 if words else cfg.chunk, SPLITS=splits,
-                          SPLITS_P2=triton.next_power_of_2(splits), PHASE=0,
-                          **(dict(SEGMENT=cfg.segment) if cfg.segment else {}))
             requests[f"entry {entry}: {kernel} {elt} {n_cols} {form}"] = dict(
                 module="kernels._softmax", kernel=kernel, arg_types=types, constexprs=dict(consts, **form),
                 num_warps=cfg.num_warps, num_stages=3)  # Triton's default, as _split_launch leaves it
