@@ -86,7 +86,8 @@ WIDE = (
     ("forward", 2, 256 * KiB, (131072, 32768, 32)),  # bf16 at 131072 columns, one segment: 0.88 (H100)
     # wider bf16, H100, packed (two exps per element, the output rounded by the GPU's cvt), 262144 / 524288 /
     # 2^20 columns: 0.84 / 0.81 / 0.77 against 0.75 / 0.74 / 0.70 two-pass (segments of 65536 x 32768 x 32),
-    # 0.67 / 0.68 / 0.68 with segments of 131072, the split path unpacked 0.69-0.75
+    # 0.67 / 0.68 / 0.68 with segments of 131072, the split path unpacked 0.69-0.75; then with each chunk's
+    # partials taken lane by lane (_publish) 0.86 / 0.81 / 0.81 against 0.83 / 0.80 / 0.80 (bench_softmax_ahead.py)
     ("forward", 2, None, (0, 8192, 4, "packed")),
     # fp16, and bf16 rows that do not pack: two-pass, 0.76 / 0.74 / 0.70 (fp16, H100) against 0.72 / 0.69 / 0.68
     # for the split forward of 8192 x 4 warps (4096 x 4 0.68-0.70, 8192 x 8 0.69-0.74)
@@ -282,16 +283,20 @@ def _load_chunk(x_ptr, row, x_row, cols, x_col, n_cols, n_rows, EVEN: tl.constex
 
 
 @triton.jit
-def _publish(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr, PACKED: tl.constexpr):
+def _publish(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr, PACKED: tl.constexpr,
+             LANES: tl.constexpr = 1):
     """Write a chunk's partials, the max m and the sum of e = exp(x - m), and (PHASE 0) count in. Returns
     (e, m): the output is then e * exp(m - row max) / row sum, one exp per element rather than two. PACKED
     returns x as it is (its words hold a chunk in half an fp32 chunk's registers), the output's exps taken
-    again from it."""
+    again from it; its partials are taken per lane first (LANES columns of x, a thread's own words where LANES
+    is the threads times their 4-word vectors), so that the exps need no block-wide max, then combined in one
+    block reduction rather than two."""
     if PACKED:
-        even, odd = _unpack(x)
-        m = tl.maximum(tl.max(even, axis=0), tl.max(odd, axis=0))
-        m_safe = tl.where(m == -float("inf"), 0.0, m)  # a chunk of -inf sums to 0, not NaN
-        total = tl.sum(tl.exp2((even - m_safe) * LOG2E) + tl.exp2((odd - m_safe) * LOG2E), axis=0)
+        even, odd = _unpack(tl.reshape(x, [x.shape[0] // LANES, LANES]))
+        lane_m = tl.maximum(tl.max(even, axis=0), tl.max(odd, axis=0))
+        lane_safe = tl.where(lane_m == -float("inf"), 0.0, lane_m)[None, :]  # a lane of -inf sums to 0, not NaN
+        lane_l = tl.sum(tl.exp2((even - lane_safe) * LOG2E) + tl.exp2((odd - lane_safe) * LOG2E), axis=0)
+        m, total = tl.reduce((lane_m, lane_l), 0, _combine_partials)
         e = x
     else:
         m = tl.max(x, axis=0)
@@ -306,15 +311,24 @@ def _publish(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr,
 
 
 @triton.jit
+def _combine_partials(m1, l1, m2, l2):
+    """Two (max, sum of exp(x - max)) partials as one (online softmax's combine)."""
+    m = tl.maximum(m1, m2)
+    m_safe = tl.where(m == -float("inf"), 0.0, m)  # two empty partials: 0, not NaN
+    return m, l1 * tl.exp2((m1 - m_safe) * LOG2E) + l2 * tl.exp2((m2 - m_safe) * LOG2E)
+
+
+@triton.jit
 def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col,
                    n_groups, CHUNK: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
-                   PHASE: tl.constexpr, EVEN: tl.constexpr, PACKED: tl.constexpr):
+                   PHASE: tl.constexpr, EVEN: tl.constexpr, PACKED: tl.constexpr, LANES: tl.constexpr = 1):
     """Program (group, chunk) handles columns [chunk * CHUNK, +CHUNK) of rows group, group + n_groups, ...
     PHASE 0: the whole softmax, waiting at each row's counter (GPU); 1: partials only; 2: output from
     partials. The loop runs a row ahead: before it waits for the other programs' partials of a row, it
     publishes its partials of the next row and issues the loads of the one after, so that a wait
     overlaps with work and loads. EVEN: the chunks cover the rows exactly, so no column is masked. PACKED:
-    bf16 rows seen as 32-bit words of two columns (n_cols, CHUNK and the strides count words)."""
+    bf16 rows seen as 32-bit words of two columns (n_cols, CHUNK and the strides count words), their
+    partials taken over LANES lanes (_publish)."""
     pid = tl.program_id(0)
     group = pid // SPLITS  # < n_rows: the launch never has more groups than rows
     chunk = pid % SPLITS
@@ -324,7 +338,7 @@ def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row,
     m = tl.full([], 0.0, tl.float32)
     if PHASE != 2:  # from here on x holds exp(x - m), this chunk's m (PACKED: x as loaded)
         x, m = _publish(x, part_ptr + tl.cast(group, tl.int64) * (2 * SPLITS), counter_ptr + group, chunk,
-                        SPLITS, PHASE, PACKED)
+                        SPLITS, PHASE, PACKED, LANES)
     following = _load_chunk(x_ptr, group + n_groups, x_row, cols, x_col, n_cols, n_rows, EVEN, PACKED)
     for row in range(group, n_rows, n_groups):
         r = tl.cast(row, tl.int64)
@@ -332,7 +346,8 @@ def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row,
         if PHASE != 2:
             if row + n_groups < n_rows:
                 following, m_following = _publish(following, part_ptr + (r + n_groups) * (2 * SPLITS),
-                                                   counter_ptr + row + n_groups, chunk, SPLITS, PHASE, PACKED)
+                                                   counter_ptr + row + n_groups, chunk, SPLITS, PHASE, PACKED,
+                                                   LANES)
         after = _load_chunk(x_ptr, row + 2 * n_groups, x_row, cols, x_col, n_cols, n_rows, EVEN, PACKED)
         if PHASE == 0:
             _wait(counter_ptr + row, SPLITS)
@@ -340,8 +355,7 @@ def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row,
             part = part_ptr + r * (2 * SPLITS)  # [max of each chunk..., sum of exp of each chunk...]
             ms = tl.load(part + splits, mask=splits < SPLITS, other=-float("inf"), volatile=True)
             ls = tl.load(part + SPLITS + splits, mask=splits < SPLITS, other=0.0, volatile=True)
-            row_max = tl.max(ms, axis=0)
-            total = tl.sum(ls * tl.exp2((ms - row_max) * LOG2E), axis=0)
+            row_max, total = tl.reduce((ms, ls), 0, _combine_partials)  # one block reduction, not two
             if PACKED:
                 even, odd = _unpack(x)
                 log2_scale = -tl.log2(total)
@@ -759,6 +773,12 @@ def _words(cfg: Settings, *tensors: torch.Tensor) -> tuple:
     return dataclasses.replace(cfg, chunk=cfg.chunk // 2), tuple(t.view(torch.int32) for t in tensors)
 
 
+def _lanes(cfg: Settings) -> int:
+    """The packed split forward's lanes (cfg as launched, after _words): a thread's own words, 4 (a 16-byte
+    vector) each of 32 threads a warp, so that each lane's partials need no exchange between threads."""
+    return min(cfg.chunk, 4 * 32 * cfg.num_warps) if cfg.packed else 1
+
+
 @serialized
 def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     """Rows that fit one program's tile (launch_settings), else the split or two-pass path; overrides as there."""
@@ -777,7 +797,8 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
         _split_launch(_two_pass_forward if cfg.segment else _split_forward,
                       dict(out_ptr=t[0], x_ptr=t[1], x_row=t[1].stride(0), x_col=t[1].stride(1), out_row=t[0].stride(0),
                            out_col=t[0].stride(1)), n_rows, t[1].shape[1], cfg, 2, EVEN=_covers(t[1].shape[1], cfg),
-                      **(dict(FAST=out.element_size() <= 2) if cfg.segment else dict(PACKED=cfg.packed)))
+                      **(dict(FAST=out.element_size() <= 2) if cfg.segment
+                         else dict(PACKED=cfg.packed, LANES=_lanes(cfg))))
     else:
         programs = triton.cdiv(n_rows, cfg.block_m)
         if cfg.prefetch:

@@ -273,6 +273,29 @@ def test_packed_backward_rounds_as_torch_does():
     assert got[~finite].isnan().all()
 
 
+@pytest.mark.parametrize("lanes", [1, 8, 64])
+def test_packed_partials_lane_by_lane(lanes):
+    """The packed forward's partials of a chunk, its max and its sum of exp(x - max), taken per lane and then
+    combined (on a GPU a lane is a thread's columns; the forward's chunks there hold several a lane): as torch
+    has them, with lanes and whole chunks of -inf (max -inf, sum 0)."""
+    x = randn(8, 128, seed=6).mul(8).to(torch.bfloat16)
+    x[1, 16:32] = -float("inf")  # whole lanes of -inf at 8 lanes, parts of lanes at 64
+    x[2] = -float("inf")
+    part = torch.empty(8, 2, device=DEVICE)
+    _chunk_partials[(8,)](x.view(torch.int32), part, CHUNK=64, LANES=lanes)
+    xf = x.float()
+    m = xf.max(-1).values
+    total = torch.exp(xf - torch.where(m.isinf(), 0, m)[:, None]).sum(-1)
+    torch.testing.assert_close(part, torch.stack([m, total], -1), rtol=1e-5, atol=0)
+
+
+@triton.jit
+def _chunk_partials(x_ptr, part_ptr, CHUNK: tl.constexpr, LANES: tl.constexpr):
+    row = tl.program_id(0)
+    x = tl.load(x_ptr + row * CHUNK + tl.arange(0, CHUNK))
+    sm._publish(x, part_ptr + row * 2, part_ptr, 0, 1, 1, True, LANES)  # one chunk a row, PHASE 1: no arrival
+
+
 @triton.jit
 def _packed(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     i = tl.arange(0, BLOCK)

@@ -54,6 +54,15 @@ warps to 131072 columns, then 8192 x 4):
   262144 / 524288 / 2^20 against 0.75 / 0.74 / 0.70 for the defaults of the time (two-pass); at 131072 and
   narrower the defaults win (0.89 against 0.85); 4096 x 4 0.64-0.84, 8192 x 8 0.66-0.85, 16384 x 8 or 16
   0.60-0.68. Kept: packed past 131072 columns, both directions (the backward from 131072).
+- Two changes to the packed forward's partials, on two more H100s (scratch bench, alternated twice each): the
+  row's partials combined in one block reduction of (max, sum) pairs (online softmax's combine) instead of a max
+  and then a sum, 0.823-0.828 / 0.786 / 0.773-0.774 against 0.814-0.816 / 0.742-0.743 / 0.755-0.757 at 262144 /
+  524288 / 2^20 (8192 x 4); then each chunk's partials taken per lane (a thread's own words) and combined once,
+  so that its exps wait for no block-wide max: 0.854-0.857 / 0.813-0.816 / 0.809-0.812 against 0.832-0.833 /
+  0.799-0.800 / 0.794-0.798 (and 0.88 against 0.85 at 131072; 8192 x 8 0.83-0.86 against 0.70-0.72 to 262144,
+  0.66-0.69 past it; 4096 x 4 and 16384 x 8 0.60-0.86, below 8192 x 4 everywhere). Issuing the loads of the
+  row after next before publishing the next row's partials (so that they fly during it) lost 0.03-0.07: its
+  sm_90a build takes 191 registers against 156, two programs an SM instead of three. Kept: both changes.
 
 Registers a thread and spills of the sm_90a builds (triton 3.9, ptxas, rows of 2^20 columns, unit column
 strides, 16-divisible pointers and row strides), the row-ahead backward against the row-at-a-time one,
