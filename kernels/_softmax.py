@@ -81,7 +81,9 @@ KiB = 1024
 # at a time (none) or "ahead" (Settings.ahead); the split forward always runs a row ahead.
 WIDE = (
     ("forward", 4, 256 * KiB, (65536, 32768, 32)),  # fp32 to 65536 columns: 0.87 (split path 0.77)
-    ("forward", 4, None, (0, 4096, 4)),  # wider fp32: 0.74-0.77 (two-pass 0.65-0.73)
+    # wider fp32: 0.74-0.77 (two-pass 0.65-0.73); H100, with each chunk's partials taken lane by lane (_publish),
+    # 262144 / 524288 / 2^20 columns: 0.92 / 0.92 / 0.90 against 0.92 / 0.90 / 0.88 (two alternated runs each)
+    ("forward", 4, None, (0, 4096, 4)),
     ("forward", 2, 128 * KiB, (131072, 16384, 16)),  # bf16 to 65536 columns: 0.82-0.87 (32768 x 32 warps: 0.68-0.79)
     ("forward", 2, 256 * KiB, (131072, 32768, 32)),  # bf16 at 131072 columns, one segment: 0.88 (H100)
     # wider bf16, H100, packed (two exps per element, the output rounded by the GPU's cvt), 262144 / 524288 /
@@ -288,26 +290,28 @@ def _publish(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr,
     """Write a chunk's partials, the max m and the sum of e = exp(x - m), and (PHASE 0) count in. Returns
     (e, m): the output is then e * exp(m - row max) / row sum, one exp per element rather than two. PACKED
     returns x as it is (its words hold a chunk in half an fp32 chunk's registers), the output's exps taken
-    again from it; its partials are taken per lane first (LANES columns of x, a thread's own words where LANES
-    is the threads times their 4-word vectors), so that the exps need no block-wide max, then combined in one
-    block reduction rather than two."""
+    again from it. The partials are taken per lane first (LANES columns of x: a thread's own where LANES is the
+    threads times their 16-byte vectors), so that the exps wait for no block-wide max, then combined in one
+    block reduction rather than two; m is then each lane's max."""
+    lanes = tl.reshape(x, [x.shape[0] // LANES, LANES])
     if PACKED:
-        even, odd = _unpack(tl.reshape(x, [x.shape[0] // LANES, LANES]))
+        even, odd = _unpack(lanes)
         lane_m = tl.maximum(tl.max(even, axis=0), tl.max(odd, axis=0))
         lane_safe = tl.where(lane_m == -float("inf"), 0.0, lane_m)[None, :]  # a lane of -inf sums to 0, not NaN
         lane_l = tl.sum(tl.exp2((even - lane_safe) * LOG2E) + tl.exp2((odd - lane_safe) * LOG2E), axis=0)
-        m, total = tl.reduce((lane_m, lane_l), 0, _combine_partials)
         e = x
     else:
-        m = tl.max(x, axis=0)
-        m_safe = tl.where(m == -float("inf"), 0.0, m)
-        e = tl.exp2((x - m_safe) * LOG2E)
-        total = tl.sum(e, axis=0)
+        lane_m = tl.max(lanes, axis=0)
+        lane_safe = tl.where(lane_m == -float("inf"), 0.0, lane_m)[None, :]
+        lane_e = tl.exp2((lanes - lane_safe) * LOG2E)
+        lane_l = tl.sum(lane_e, axis=0)
+        e = tl.reshape(lane_e, [x.shape[0]])
+    m, total = tl.reduce((lane_m, lane_l), 0, _combine_partials)
     tl.store(part + chunk, m)
     tl.store(part + SPLITS + chunk, total)
     if PHASE == 0:
         _arrive(counter)
-    return e, m  # m, not m_safe: a chunk of -inf then gets exp(-inf - row max) = 0, not 0 * overflow
+    return e, lane_m  # not lane_safe: a lane of -inf then gets exp(-inf - row max) = 0, not 0 * overflow
 
 
 @triton.jit
@@ -335,14 +339,14 @@ def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row,
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
     splits = tl.arange(0, SPLITS_P2)
     x = _load_chunk(x_ptr, group, x_row, cols, x_col, n_cols, n_rows, EVEN, PACKED)
-    m = tl.full([], 0.0, tl.float32)
-    if PHASE != 2:  # from here on x holds exp(x - m), this chunk's m (PACKED: x as loaded)
+    m = tl.full([LANES], 0.0, tl.float32)
+    if PHASE != 2:  # from here on x holds exp(x - m), m its lanes' maxima (PACKED: x as loaded)
         x, m = _publish(x, part_ptr + tl.cast(group, tl.int64) * (2 * SPLITS), counter_ptr + group, chunk,
                         SPLITS, PHASE, PACKED, LANES)
     following = _load_chunk(x_ptr, group + n_groups, x_row, cols, x_col, n_cols, n_rows, EVEN, PACKED)
     for row in range(group, n_rows, n_groups):
         r = tl.cast(row, tl.int64)
-        m_following = tl.full([], 0.0, tl.float32)
+        m_following = tl.full([LANES], 0.0, tl.float32)
         if PHASE != 2:
             if row + n_groups < n_rows:
                 following, m_following = _publish(following, part_ptr + (r + n_groups) * (2 * SPLITS),
@@ -364,7 +368,9 @@ def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row,
             elif PHASE == 2:
                 y = (tl.exp2((x - row_max) * LOG2E) * (1.0 / total)).to(out_ptr.dtype.element_ty)
             else:
-                y = (x * (tl.exp2((m - row_max) * LOG2E) / total)).to(out_ptr.dtype.element_ty)
+                scale = tl.exp2((m - row_max) * LOG2E) / total  # a lane's
+                y = tl.reshape(tl.reshape(x, [CHUNK // LANES, LANES]) * scale[None, :], [CHUNK])
+                y = y.to(out_ptr.dtype.element_ty)
             _store(out_ptr + r * out_row + cols * out_col, y, cols < n_cols, EVEN)
         x = following
         m = m_following
@@ -773,10 +779,10 @@ def _words(cfg: Settings, *tensors: torch.Tensor) -> tuple:
     return dataclasses.replace(cfg, chunk=cfg.chunk // 2), tuple(t.view(torch.int32) for t in tensors)
 
 
-def _lanes(cfg: Settings) -> int:
-    """The packed split forward's lanes (cfg as launched, after _words): a thread's own words, 4 (a 16-byte
-    vector) each of 32 threads a warp, so that each lane's partials need no exchange between threads."""
-    return min(cfg.chunk, 4 * 32 * cfg.num_warps) if cfg.packed else 1
+def _lanes(cfg: Settings, element_size: int) -> int:
+    """The split forward's lanes (cfg as launched, after _words): a 16-byte vector (4 words packed) for each
+    thread, so that a lane's partials need no exchange between threads."""
+    return min(cfg.chunk, (4 if cfg.packed else 16 // element_size) * 32 * cfg.num_warps)
 
 
 @serialized
@@ -798,7 +804,7 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
                       dict(out_ptr=t[0], x_ptr=t[1], x_row=t[1].stride(0), x_col=t[1].stride(1), out_row=t[0].stride(0),
                            out_col=t[0].stride(1)), n_rows, t[1].shape[1], cfg, 2, EVEN=_covers(t[1].shape[1], cfg),
                       **(dict(FAST=out.element_size() <= 2) if cfg.segment
-                         else dict(PACKED=cfg.packed, LANES=_lanes(cfg))))
+                         else dict(PACKED=cfg.packed, LANES=_lanes(cfg, x.element_size()))))
     else:
         programs = triton.cdiv(n_rows, cfg.block_m)
         if cfg.prefetch:

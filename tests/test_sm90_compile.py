@@ -171,7 +171,7 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
         elif cfg.segment:
             forms = [dict(EVEN=even, FAST=size == 2) for even in (False, True)]
         else:
-            forms = [dict(EVEN=even, PACKED=cfg.packed, LANES=sm._lanes(launched)) for even in (False, True)]
+            forms = [dict(EVEN=even, PACKED=cfg.packed, LANES=sm._lanes(launched, size)) for even in (False, True)]
         splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)
         types = dict(**dict.fromkeys(tensors, "*i32" if cfg.packed else f"*{elt}"), part_ptr="*fp32",
                      counter_ptr="*i32", **dict.fromkeys(("n_rows", "n_cols", *strides, "n_groups"), "i32"))

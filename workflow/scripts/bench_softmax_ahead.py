@@ -62,7 +62,9 @@ warps to 131072 columns, then 8192 x 4):
   0.799-0.800 / 0.794-0.798 (and 0.88 against 0.85 at 131072; 8192 x 8 0.83-0.86 against 0.70-0.72 to 262144,
   0.66-0.69 past it; 4096 x 4 and 16384 x 8 0.60-0.86, below 8192 x 4 everywhere). Issuing the loads of the
   row after next before publishing the next row's partials (so that they fly during it) lost 0.03-0.07: its
-  sm_90a build takes 191 registers against 156, two programs an SM instead of three. Kept: both changes.
+  sm_90a build takes 191 registers against 156, two programs an SM instead of three. Kept: both changes, and
+  the lane partials for the unpacked split forward too: fp32 (the public default, 4096 x 4) 0.92 / 0.92 / 0.90
+  against 0.92 / 0.90 / 0.88 at 262144 / 524288 / 2^20 (121 registers against 119: four programs an SM still).
 
 Registers a thread and spills of the sm_90a builds (triton 3.9, ptxas, rows of 2^20 columns, unit column
 strides, 16-divisible pointers and row strides), the row-ahead backward against the row-at-a-time one,
