@@ -19,7 +19,7 @@ backward for autograd:
   then the group's next rows). Each program keeps its chunk in registers, publishes the chunk's max and
   sum of exp, counts itself in at the row's counter, waits until the whole group has, combines the
   partials and writes its chunk (the forward keeps its chunk's exp(x - chunk max) from the partial sum and
-  rescales it: one exp per element; bf16 rows held packed, two to a 32-bit word, take two): still one read
+  rescales it: one exp per element; 16-bit rows held packed, two to a 32-bit word, take two): still one read
   and one write. The wait needs every program of a group
   resident at once, so the grid never exceeds what fits on the GPU at a time (read from the compiled
   kernel). Triton's interpreter runs programs one after another, where the wait would never end, so
@@ -76,8 +76,8 @@ KiB = 1024
 # Wider rows: (direction, element size, widest row in bytes or None) -> (segment, chunk, warps[, form]), the
 # first entry that matches. Segment 0 is the split path (chunks of `chunk` columns held on chip, one read); a
 # segment > 0 is the two-pass path (each `segment` columns of a row walked twice in chunks, the second read
-# from L2). The split path's form: "packed" (bf16 chunks held two to a 32-bit word, Settings.packed; the backward
-# then runs a row ahead; an entry for bf16 rows that pack, others take the next), and for the backward, a row
+# from L2). The split path's form: "packed" (16-bit chunks held two to a 32-bit word, Settings.packed; the backward
+# then runs a row ahead; an entry for rows that pack, others take the next), and for the backward, a row
 # at a time (none) or "ahead" (Settings.ahead); the split forward always runs a row ahead.
 WIDE = (
     ("forward", 4, 256 * KiB, (65536, 32768, 32)),  # fp32 to 65536 columns: 0.87 (split path 0.77)
@@ -89,9 +89,11 @@ WIDE = (
     # wider bf16, H100, packed (two exps per element, the output rounded by the GPU's cvt), 262144 / 524288 /
     # 2^20 columns: 0.84 / 0.81 / 0.77 against 0.75 / 0.74 / 0.70 two-pass (segments of 65536 x 32768 x 32),
     # 0.67 / 0.68 / 0.68 with segments of 131072, the split path unpacked 0.69-0.75; then with each chunk's
-    # partials taken lane by lane (_publish) 0.86 / 0.81 / 0.81 against 0.83 / 0.80 / 0.80 (bench_softmax_ahead.py)
+    # partials taken lane by lane (_publish) 0.86 / 0.81 / 0.81 against 0.83 / 0.80 / 0.80 (bench_softmax_ahead.py).
+    # fp16 packed likewise, H100: 0.85 / 0.82 / 0.81 against 0.76 / 0.75 / 0.71 two-pass (the entry below); at
+    # 65536 / 131072 columns 0.88 / 0.88 against the entries above, 0.94 / 0.89
     ("forward", 2, None, (0, 8192, 4, "packed")),
-    # fp16, and bf16 rows that do not pack: two-pass, 0.76 / 0.74 / 0.70 (fp16, H100) against 0.72 / 0.69 / 0.68
+    # 16-bit rows that do not pack: two-pass, 0.76 / 0.74 / 0.70 (fp16, H100) against 0.72 / 0.69 / 0.68
     # for the split forward of 8192 x 4 warps (4096 x 4 0.68-0.70, 8192 x 8 0.69-0.74)
     ("forward", 2, None, (65536, 32768, 32)),
     # fp32, H100, a row ahead, 65536 / 262144 / 524288 / 2^20 columns: 0.99 / 0.99 / 0.96 / 0.94 (chunks of
@@ -103,9 +105,10 @@ WIDE = (
     # columns: 0.98 / 0.98 / 0.98 / 0.94 against 0.91 / 0.91 / 0.89 / 0.86 with dx rounded by integer arithmetic,
     # and 0.92 / 0.90 a row at a time (8192 x 4, to 262144 columns); a row ahead but not packed, 0.67-0.75: a bf16
     # value then takes about an fp32's registers, so that a program of the same occupancy keeps half the bytes
-    # in flight (workflow/scripts/bench_softmax_ahead.py)
+    # in flight (workflow/scripts/bench_softmax_ahead.py). fp16 packed likewise, H100, 131072 / 262144 / 524288 /
+    # 2^20: 0.98 / 0.98 / 0.98 / 0.92 against 0.94 / 0.90 / 0.82 / 0.70 a row at a time (the entry below)
     ("backward", 2, None, (0, 8192, 4, "packed")),
-    ("backward", 2, None, (0, 8192, 4)),  # fp16, and bf16 rows that do not pack: a row at a time (see above)
+    ("backward", 2, None, (0, 8192, 4)),  # 16-bit rows that do not pack: a row at a time (see above)
 )
 
 
@@ -163,7 +166,9 @@ def softmax_writeup(x: torch.Tensor, block_size: int | None = None, *,
 # The improved kernels
 LOG2E = tl.constexpr(1.4426950408889634)
 _INTERPRETED = tl.constexpr(backend.current() == "interpreter")
-NEG_INF_PAIR = tl.constexpr(-8323200)  # 0xFF80FF80: two bf16 -inf in a 32-bit word
+# The split kernels' PACKED: 16-bit rows held as 32-bit words of two columns, of bf16 or of fp16 (0: not packed)
+BF16_PAIRS, FP16_PAIRS = tl.constexpr(1), tl.constexpr(2)
+NEG_INF_BF16_PAIR, NEG_INF_FP16_PAIR = tl.constexpr(-8323200), tl.constexpr(-67044352)  # 0xFF80FF80, 0xFC00FC00
 
 
 @triton.jit
@@ -268,7 +273,7 @@ def _row_mask(cols, n_cols, row, n_rows):
 
 @triton.jit
 def _load_chunk(x_ptr, row, x_row, cols, x_col, n_cols, n_rows, EVEN: tl.constexpr, PACKED: tl.constexpr):
-    """A chunk of row ``row`` as fp32 (PACKED: 32-bit words of two bf16, as stored), -inf past the row; a row
+    """A chunk of row ``row`` as fp32 (PACKED: 32-bit words of two columns, as stored), -inf past the row; a row
     past the last (the loop reads ahead) is all -inf, or, EVEN (chunks cover the rows exactly: no mask), the
     last row again, which is never used."""
     if EVEN:
@@ -279,8 +284,10 @@ def _load_chunk(x_ptr, row, x_row, cols, x_col, n_cols, n_rows, EVEN: tl.constex
         chunk = _load(ptrs, present, -float("inf"), EVEN, "")
     elif EVEN:
         chunk = tl.load(ptrs)
+    elif PACKED == FP16_PAIRS:
+        chunk = tl.load(ptrs, mask=present, other=NEG_INF_FP16_PAIR)
     else:
-        chunk = tl.load(ptrs, mask=present, other=NEG_INF_PAIR)
+        chunk = tl.load(ptrs, mask=present, other=NEG_INF_BF16_PAIR)
     return chunk  # one return: Triton type-checks each return it meets, past a constexpr branch that returned too
 
 
@@ -295,7 +302,7 @@ def _publish(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr,
     block reduction rather than two; m is then each lane's max."""
     lanes = tl.reshape(x, [x.shape[0] // LANES, LANES])
     if PACKED:
-        even, odd = _unpack(lanes)
+        even, odd = _unpack(lanes, PACKED)
         lane_m = tl.maximum(tl.max(even, axis=0), tl.max(odd, axis=0))
         lane_safe = tl.where(lane_m == -float("inf"), 0.0, lane_m)[None, :]  # a lane of -inf sums to 0, not NaN
         lane_l = tl.sum(tl.exp2((even - lane_safe) * LOG2E) + tl.exp2((odd - lane_safe) * LOG2E), axis=0)
@@ -331,7 +338,7 @@ def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row,
     partials. The loop runs a row ahead: before it waits for the other programs' partials of a row, it
     publishes its partials of the next row and issues the loads of the one after, so that a wait
     overlaps with work and loads. EVEN: the chunks cover the rows exactly, so no column is masked. PACKED:
-    bf16 rows seen as 32-bit words of two columns (n_cols, CHUNK and the strides count words), their
+    16-bit rows seen as 32-bit words of two columns (n_cols, CHUNK and the strides count words), their
     partials taken over LANES lanes (_publish)."""
     pid = tl.program_id(0)
     group = pid // SPLITS  # < n_rows: the launch never has more groups than rows
@@ -361,10 +368,10 @@ def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row,
             ls = tl.load(part + SPLITS + splits, mask=splits < SPLITS, other=0.0, volatile=True)
             row_max, total = tl.reduce((ms, ls), 0, _combine_partials)  # one block reduction, not two
             if PACKED:
-                even, odd = _unpack(x)
+                even, odd = _unpack(x, PACKED)
                 log2_scale = -tl.log2(total)
-                y = _pack_bf16(tl.exp2(tl.fma(even - row_max, LOG2E, log2_scale)),
-                               tl.exp2(tl.fma(odd - row_max, LOG2E, log2_scale)))
+                y = _pack(tl.exp2(tl.fma(even - row_max, LOG2E, log2_scale)),
+                          tl.exp2(tl.fma(odd - row_max, LOG2E, log2_scale)), PACKED)
             elif PHASE == 2:
                 y = (tl.exp2((x - row_max) * LOG2E) * (1.0 / total)).to(out_ptr.dtype.element_ty)
             else:
@@ -388,10 +395,16 @@ def _load_pair(y_ptr, dy_ptr, row, y_row, y_col, dy_row, dy_col, cols, n_cols, n
 
 
 @triton.jit
-def _unpack(w):
-    """A 32-bit word's two bf16 as fp32 (a bf16 is an fp32's upper half): the low half is the even column
-    (little-endian), the high half the odd one."""
-    return (w << 16).to(tl.float32, bitcast=True), (w & -65536).to(tl.float32, bitcast=True)
+def _unpack(w, PACKED: tl.constexpr):
+    """A 32-bit word's two 16-bit floats as fp32: the low half is the even column (little-endian), the high
+    half the odd one. A bf16 is an fp32's upper half (a shift or a mask); an fp16 is converted."""
+    if PACKED == FP16_PAIRS:
+        even = w.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)  # the cast keeps the low 16 bits
+        odd = (w >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    else:
+        even = (w << 16).to(tl.float32, bitcast=True)
+        odd = (w & -65536).to(tl.float32, bitcast=True)
+    return even, odd
 
 
 @triton.jit
@@ -404,12 +417,19 @@ def _bf16_bits(x):
 
 
 @triton.jit
-def _pack_bf16(even, odd):
-    """fp32 pairs rounded to bf16 (to nearest, ties to even) as 32-bit words, even in the low half. The GPU's
-    cvt rounds two at once (bf16 backward at 2^20 columns, H100: 0.94 of copy against 0.86 by integer
-    arithmetic); Triton's interpreter truncates on conversion to bf16, so it takes _bf16_bits."""
+def _pack(even, odd, PACKED: tl.constexpr):
+    """fp32 pairs rounded (to nearest, ties to even) to PACKED's 16-bit format as 32-bit words, even in the
+    low half. The GPU's cvt rounds two at once (bf16 backward at 2^20 columns, H100: 0.94 of copy against 0.86
+    by integer arithmetic); Triton's interpreter truncates on conversion to bf16, so it takes _bf16_bits."""
     if _INTERPRETED:
+        if PACKED == FP16_PAIRS:
+            halves = (even.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF,
+                      odd.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) << 16)
+            return halves[0] | halves[1]
         return (_bf16_bits(even) | (_bf16_bits(odd) << 16)).to(tl.int32, bitcast=True)
+    if PACKED == FP16_PAIRS:
+        return tl.inline_asm_elementwise("cvt.rn.f16x2.f32 $0, $1, $2;", "=r,r,r", [odd, even], dtype=tl.int32,
+                                         is_pure=True, pack=1)
     return tl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,r,r", [odd, even], dtype=tl.int32,
                                      is_pure=True, pack=1)
 
@@ -418,8 +438,8 @@ def _pack_bf16(even, odd):
 def _dot(y, dy, PACKED: tl.constexpr):
     """This chunk's sum(y * dy) in fp32."""
     if PACKED:
-        y_even, y_odd = _unpack(y)
-        dy_even, dy_odd = _unpack(dy)
+        y_even, y_odd = _unpack(y, PACKED)
+        dy_even, dy_odd = _unpack(dy, PACKED)
         return tl.sum(y_even * dy_even + y_odd * dy_odd, axis=0)
     return tl.sum(y.to(tl.float32) * dy.to(tl.float32), axis=0)
 
@@ -434,11 +454,11 @@ def _publish_dot(y, dy, part, counter, chunk, PHASE: tl.constexpr, PACKED: tl.co
 
 @triton.jit
 def _dx(y, dy, dot, dx_ptr, PACKED: tl.constexpr):
-    """y * (dy - dot) in dx's dtype (PACKED: bf16 pairs in 32-bit words, as y and dy are)."""
+    """y * (dy - dot) in dx's dtype (PACKED: pairs in 32-bit words, as y and dy are)."""
     if PACKED:
-        y_even, y_odd = _unpack(y)
-        dy_even, dy_odd = _unpack(dy)
-        return _pack_bf16(y_even * (dy_even - dot), y_odd * (dy_odd - dot))
+        y_even, y_odd = _unpack(y, PACKED)
+        dy_even, dy_odd = _unpack(dy, PACKED)
+        return _pack(y_even * (dy_even - dot), y_odd * (dy_odd - dot), PACKED)
     return (y.to(tl.float32) * (dy.to(tl.float32) - dot)).to(dx_ptr.dtype.element_ty)
 
 
@@ -449,7 +469,7 @@ def _split_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols
     """_split_forward's layout for dx = y * (dy - sum(y * dy)); the partial is each chunk's sum(y * dy).
     It reads the next row before it waits. AHEAD: it runs a row ahead as _split_forward does, publishing and
     counting in for the next row before it waits for this one, so that the group's other programs have had a
-    row's time to arrive; it then holds three rows of two tensors. PACKED: y, dy and dx are bf16 rows seen as
+    row's time to arrive; it then holds three rows of two tensors. PACKED: y, dy and dx are 16-bit rows seen as
     32-bit words, two columns each (n_cols, CHUNK and the strides count words), held so and unpacked at use."""
     pid = tl.program_id(0)
     group = pid // SPLITS
@@ -619,7 +639,7 @@ class Settings:
     reload: bool = False  # the backward's rows path reads y and dy a second time rather than hold them
     prefetch: bool = False  # the forward's rows path: a program per SM, each loading its next tile early
     ahead: bool = False  # the backward's split path runs a row ahead (_split_backward's AHEAD)
-    packed: bool = False  # the split path holds bf16 in pairs (PACKED), where the rows allow it (_in_words)
+    packed: bool = False  # the split path holds 16-bit rows in pairs (PACKED), where the rows allow it (_in_words)
 
 
 MAX_COLS = 2**31 - 2**16  # column offsets are 32-bit in every path, a chunk (<= 32768) past the last column included
@@ -633,7 +653,7 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
     direction, and (bf16) whether 16-bit rows are bf16. Keyword overrides, for tuning and tests, replace a
     default each (the others stay the width's defaults): row_limit (columns) moves the rows path's end,
     segment picks the path past it (0: split, > 0: two-pass), ahead a split backward's form, packed
-    the split path's (bf16 only). Sizes are in elements; the forward's default tile holds TILE_BYTES of input.
+    the split path's (16-bit rows only). Sizes are in elements; the forward's default tile holds TILE_BYTES of input.
     Raises ValueError past MAX_COLS columns."""
     if not 1 <= n_cols <= MAX_COLS:
         raise ValueError(f"n_cols must be 1..{MAX_COLS} (column offsets are 32-bit), got {n_cols}")
@@ -653,15 +673,14 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
                         reload=backward and (default_reload if reload is None else reload),
                         prefetch=not backward and (default_prefetch if prefetch is None else prefetch))
     direction = "backward" if backward else "forward"
-    bf16 = bf16 and element_size == 2
     # a "packed" entry is for rows that pack (not told otherwise, nor given a two-pass segment); others take the next
-    may_pack = bf16 and packed is not False and not segment
+    may_pack = element_size == 2 and packed is not False and not segment
     default = next(sizes for d, size, widest, sizes in WIDE if d == direction and size == (4 if element_size >= 4 else 2)
                    and (widest is None or n_cols * element_size <= widest) and (sizes[3:] != ("packed",) or may_pack))
     default_segment, default_chunk, default_warps, *form = default
     segment = default_segment if segment is None else segment
     split_backward = backward and not segment
-    packed = not segment and bf16 and (form == ["packed"] if packed is None else packed)
+    packed = not segment and element_size == 2 and (form == ["packed"] if packed is None else packed)
     default_ahead = form in (["ahead"], ["packed"])
     return Settings(True, 1, 0, chunk or default_chunk, warps or default_warps, segment,
                     ahead=split_backward and (default_ahead if ahead is None else ahead), packed=packed)
@@ -763,7 +782,7 @@ def _in_words(t: torch.Tensor) -> bool:
 
 def _settings(n_cols: int, tensors: tuple, backward: bool, overrides: dict) -> Settings:
     """launch_settings for these tensors' rows; rows that a packed entry cannot see as words (_in_words) get
-    the entry for rows that do not pack (unpacked, a packed entry's sizes would hold bf16 chunks in an fp32's
+    the entry for rows that do not pack (unpacked, a packed entry's sizes would hold 16-bit chunks in an fp32's
     registers and spill: the backward at 8192 x 4 warps a row ahead, 0.62 of copy on an H100)."""
     size, bf16 = tensors[0].element_size(), tensors[0].dtype == torch.bfloat16
     cfg = launch_settings(n_cols, size, backward, bf16=bf16, **overrides)
@@ -777,6 +796,11 @@ def _words(cfg: Settings, *tensors: torch.Tensor) -> tuple:
     if not cfg.packed:
         return cfg, tensors
     return dataclasses.replace(cfg, chunk=cfg.chunk // 2), tuple(t.view(torch.int32) for t in tensors)
+
+
+def _pairs(cfg: Settings, rows: torch.Tensor) -> int:
+    """The split kernels' PACKED for these rows: 0, or the 16-bit format of the pairs a word holds."""
+    return (FP16_PAIRS if rows.dtype == torch.float16 else BF16_PAIRS).value if cfg.packed else 0
 
 
 def _lanes(cfg: Settings, element_size: int) -> int:
@@ -804,7 +828,7 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
                       dict(out_ptr=t[0], x_ptr=t[1], x_row=t[1].stride(0), x_col=t[1].stride(1), out_row=t[0].stride(0),
                            out_col=t[0].stride(1)), n_rows, t[1].shape[1], cfg, 2, EVEN=_covers(t[1].shape[1], cfg),
                       **(dict(FAST=out.element_size() <= 2) if cfg.segment
-                         else dict(PACKED=cfg.packed, LANES=_lanes(cfg, x.element_size()))))
+                         else dict(PACKED=_pairs(cfg, x), LANES=_lanes(cfg, x.element_size()))))
     else:
         programs = triton.cdiv(n_rows, cfg.block_m)
         if cfg.prefetch:
@@ -830,7 +854,7 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
                       dict(dx_ptr=t[0], y_ptr=t[1], dy_ptr=t[2], y_row=t[1].stride(0), y_col=t[1].stride(1),
                            dy_row=t[2].stride(0), dy_col=t[2].stride(1), dx_row=t[0].stride(0), dx_col=t[0].stride(1)),
                       n_rows, t[1].shape[1], cfg, 1,
-                      **({} if cfg.segment else dict(AHEAD=cfg.ahead, PACKED=cfg.packed)))
+                      **({} if cfg.segment else dict(AHEAD=cfg.ahead, PACKED=_pairs(cfg, y))))
     else:
         even = n_cols == cfg.block_n and n_rows % cfg.block_m == 0
         _rows_backward[(triton.cdiv(n_rows, cfg.block_m),)](dx, y, dy, n_rows, n_cols, *strides, BLOCK_M=cfg.block_m,

@@ -131,16 +131,17 @@ def test_softmax_rows_path_sizes():
 
 
 @pytest.mark.parametrize("backward", [False, True])
-@pytest.mark.parametrize("element_size, bf16", [(2, True), (2, False), (4, False)])
-def test_every_width_past_the_rows_path_has_an_entry_of_the_wide_table(element_size, bf16, backward):
-    """The WIDE table ends, for each direction and element size, in an entry for any width; wider rows never
-    go back to an earlier entry; a two-pass segment is never narrower than its chunk."""
+@pytest.mark.parametrize("element_size, packed", [(2, None), (2, False), (4, None)])
+def test_every_width_past_the_rows_path_has_an_entry_of_the_wide_table(element_size, packed, backward):
+    """The WIDE table ends, for each direction and element size, in an entry for any width (16-bit rows: those
+    that pack and those that do not); wider rows never go back to an earlier entry; a two-pass segment is
+    never narrower than its chunk."""
     direction = "backward" if backward else "forward"
     entries = [sizes for d, size, _, sizes in sm.WIDE if (d, size) == (direction, element_size)]
     assert entries and [w for d, size, w, _ in sm.WIDE if (d, size) == (direction, element_size)][-1] is None
     chosen = []
     for n_cols in (32769, 65536, 65537, 131072, 262147, 2**20, sm.MAX_COLS):
-        cfg = sm.launch_settings(n_cols, element_size, backward, bf16=bf16)
+        cfg = sm.launch_settings(n_cols, element_size, backward, packed=packed)
         assert cfg.split and cfg.segment >= 0 and (cfg.segment == 0 or cfg.segment >= cfg.chunk)
         form = ("packed",) if cfg.packed else ("ahead",) if cfg.ahead else ()
         chosen.append(entries.index((cfg.segment, cfg.chunk, cfg.num_warps, *form)))
@@ -148,53 +149,56 @@ def test_every_width_past_the_rows_path_has_an_entry_of_the_wide_table(element_s
 
 
 def test_the_split_path_takes_its_form_from_the_wide_table_and_an_override_wins():
-    """Each entry at its widest row gives its sizes and form: packed where it says "packed" (bf16 rows only, its
-    words are bf16 pairs; an entry after a packed one for the same widths is fp16's), a row ahead for the
-    backward where it says "ahead" or packs; overrides win, packing only bf16 on the split path, and the
-    forward never runs a row ahead by request (its split kernel always does)."""
+    """Each entry at its widest row gives its sizes and form: packed where it says "packed" (16-bit rows, bf16
+    and fp16 alike, held in pairs; an entry after a packed one for the same widths is for rows told not to pack,
+    or that cannot), a row ahead for the backward where it says "ahead" or packs; overrides win, packing only
+    16-bit rows on the split path, and the forward never runs a row ahead by request (its split kernel always
+    does)."""
     for i, (direction, size, widest, (segment, chunk, warps, *form)) in enumerate(sm.WIDE):
         backward = direction == "backward"
         n_cols = widest // size if widest else 2**20
         after_packed = any(e[:3] == (direction, size, widest) and e[3][3:] == ("packed",) for e in sm.WIDE[:i])
-        for bf16 in [b for b in ((False, True) if size == 2 else (False,))
-                     if (form != ["packed"] or b) and not (after_packed and b)]:
-            cfg = sm.launch_settings(n_cols, size, backward, bf16=bf16)
+        for bf16 in (False, True) if size == 2 else (False,):
+            cfg = sm.launch_settings(n_cols, size, backward, bf16=bf16, packed=False if after_packed else None)
             assert (cfg.segment, cfg.chunk, cfg.num_warps) == (segment, chunk, warps), (i, bf16)
             assert cfg.packed == (form == ["packed"])
             assert cfg.ahead == (backward and not segment and form in (["ahead"], ["packed"]))
             forced = sm.launch_settings(n_cols, size, backward, bf16=bf16, segment=0, ahead=not cfg.ahead,
                                         packed=True)
-            assert forced.ahead == (backward and not cfg.ahead) and forced.packed == bf16
+            assert forced.ahead == (backward and not cfg.ahead) and forced.packed == (size == 2)
             two_pass = sm.launch_settings(n_cols, size, backward, bf16=bf16, segment=1024, ahead=True, packed=True)
             assert not two_pass.packed and not two_pass.ahead
     for backward in (False, True):
         assert not sm.launch_settings(4096, 2, backward, bf16=True, packed=True).packed  # the rows path
-        assert not sm.launch_settings(2**20, 4, backward, bf16=True, segment=0, packed=True).packed  # 4-byte rows
-        # at 2^20 columns bf16 packs; fp16, bf16 told not to pack or given a segment take the entry after
-        assert sm.launch_settings(2**20, 2, backward, bf16=True).packed
-        fp16 = sm.launch_settings(2**20, 2, backward)
-        assert not fp16.packed and not fp16.ahead
-        assert sm.launch_settings(2**20, 2, backward, bf16=True, packed=False) == fp16
+        assert not sm.launch_settings(2**20, 4, backward, segment=0, packed=True).packed  # 4-byte rows
+        # at 2^20 columns 16-bit rows pack, bf16 and fp16 alike; told not to, or given a segment, they take the
+        # entry after
+        packed = sm.launch_settings(2**20, 2, backward, bf16=True)
+        assert packed.packed and packed == sm.launch_settings(2**20, 2, backward)
+        unpacked = sm.launch_settings(2**20, 2, backward, packed=False)
+        assert not unpacked.packed and not unpacked.ahead
+        assert sm.launch_settings(2**20, 2, backward, bf16=True, packed=False) == unpacked
         assert sm.launch_settings(2**20, 2, backward, bf16=True, segment=65536) == sm.launch_settings(
             2**20, 2, backward, segment=65536)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("backward", [False, True])
-def test_rows_that_cannot_be_seen_as_words_take_the_unpacked_entry(backward):
-    """bf16 rows pack where every tensor's rows are whole 32-bit words: not at an odd width, an odd row stride,
-    a column stride or an address off 4 bytes; there they get what fp16 rows get."""
+def test_rows_that_cannot_be_seen_as_words_take_the_unpacked_entry(backward, dtype):
+    """16-bit rows pack where every tensor's rows are whole 32-bit words: not at an odd width, an odd row
+    stride, a column stride or an address off 4 bytes; there they get the entry for rows that do not pack."""
     n = 2**20
-    buffer = torch.empty(2 * n + 4, dtype=torch.bfloat16)
+    buffer = torch.empty(2 * n + 4, dtype=dtype)
     words = buffer[: 2 * n].view(2, n)
     assert sm._settings(n, (words, words), backward, {}).packed
     for rows in (buffer[: 2 * n + 2].view(2, n + 1), buffer[: 2 * n].view(n, 2).t(),
                  buffer[: 2 * n + 2].as_strided((2, n), (n + 1, 1))):
         cfg = sm._settings(rows.shape[1], (rows, rows), backward, {})
-        assert not cfg.packed and cfg == sm.launch_settings(rows.shape[1], 2, backward)
+        assert not cfg.packed and cfg == sm.launch_settings(rows.shape[1], 2, backward, packed=False)
     off = buffer[1: 2 * n + 1].view(2, n)  # 2 bytes past a word: one such tensor is enough
-    assert sm._settings(n, (words, off), backward, {}) == sm.launch_settings(n, 2, backward)
+    assert sm._settings(n, (words, off), backward, {}) == sm.launch_settings(n, 2, backward, packed=False)
     # an odd storage offset on a word-aligned address (storage 2 bytes off): torch refuses its int32 view
-    shifted = torch.frombuffer(bytearray(4 * n + 8), dtype=torch.bfloat16, offset=2)[1: 2 * n + 1].view(2, n)
+    shifted = torch.frombuffer(bytearray(4 * n + 8), dtype=dtype, offset=2)[1: 2 * n + 1].view(2, n)
     assert shifted.data_ptr() % 4 == 0 and shifted.storage_offset() % 2 == 1
     assert not sm._settings(n, (shifted, shifted), backward, {}).packed
 

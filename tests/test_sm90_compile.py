@@ -146,7 +146,7 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
     """Each entry of softmax's WIDE table, at its widest row (2^20 columns where it has no limit), compiles for
     sm_90 as it runs: forwards with the column masks (EVEN off) and without them (EVEN: chunks that cover the
     rows); split backwards a row at a time and a row ahead; a "packed" entry's split kernels packed in 32-bit
-    words (rows that cannot be seen as words take the next entry)."""
+    words of bf16 or of fp16 pairs (rows that cannot be seen as words take the next entry)."""
     import triton
 
     from kernels import _softmax as sm
@@ -164,14 +164,15 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
         tensors = ("dx_ptr", "y_ptr", "dy_ptr") if backward else ("out_ptr", "x_ptr")
         strides = ("y_row", "y_col", "dy_row", "dy_col", "dx_row", "dx_col") if backward else (
             "x_row", "x_col", "out_row", "out_col")
+        pairs = [sm.BF16_PAIRS.value, sm.FP16_PAIRS.value] if cfg.packed else [0]  # bf16 or fp16 words
         if backward and not cfg.segment:
-            forms = [dict(AHEAD=ahead, PACKED=cfg.packed) for ahead in (False, True)]
+            forms = [dict(AHEAD=ahead, PACKED=p) for ahead in (False, True) for p in pairs]
         elif backward:
             forms = [{}]
         elif cfg.segment:
             forms = [dict(EVEN=even, FAST=size == 2) for even in (False, True)]
         else:
-            forms = [dict(EVEN=even, PACKED=cfg.packed, LANES=sm._lanes(launched, size)) for even in (False, True)]
+            forms = [dict(EVEN=even, PACKED=p, LANES=sm._lanes(launched, size)) for even in (False, True) for p in pairs]
         splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)
         types = dict(**dict.fromkeys(tensors, "*i32" if cfg.packed else f"*{elt}"), part_ptr="*fp32",
                      counter_ptr="*i32", **dict.fromkeys(("n_rows", "n_cols", *strides, "n_groups"), "i32"))
@@ -181,5 +182,6 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
             requests[f"entry {entry}: {kernel} {elt} {n_cols} {form}"] = dict(
                 module="kernels._softmax", kernel=kernel, arg_types=types, constexprs=dict(consts, **form),
                 num_warps=cfg.num_warps, num_stages=3)  # Triton's default, as _split_launch leaves it
-    assert len(requests) == sum(1 if d == "backward" and sizes[0] else 2 for d, _, _, sizes in sm.WIDE)
+    assert len(requests) == sum((1 if d == "backward" and sizes[0] else 2) * (2 if sizes[3:] == ("packed",) else 1)
+                                for d, _, _, sizes in sm.WIDE)
     assert_all_fit(requests)

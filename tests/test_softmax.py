@@ -188,16 +188,26 @@ def test_a_load_ahead_of_the_last_row_stays_in_the_tensor():
         assert torch.equal(out, want), even
 
 
+# an odd width is not packed: for bf16 that is bf16 arithmetic, which the interpreter gets wrong
+PACKED_SHAPES = [(6, 150), (8, 128), (3, 256), (300, 40), (4, 151)]
+PACKED_DTYPES = [torch.bfloat16, torch.float16]
+
+
+def _runs_here(dtype, shape):
+    if shape[1] % 2 and dtype == torch.bfloat16 and not ON_GPU:
+        pytest.skip("bf16 arithmetic on odd widths: the interpreter's is wrong")
+
+
 @pytest.mark.parametrize("path", PACKED_FORWARD_PATHS)
-@pytest.mark.parametrize("shape", [(6, 150), (8, 128), (3, 256), (300, 40),
-                                   # an odd width is not packed: bf16 arithmetic, which the interpreter gets wrong
-                                   pytest.param((4, 151), marks=pytest.mark.skipif(not ON_GPU, reason="bf16"))])
-def test_packed_bf16_forward(path, shape):
-    """bf16 rows held as words of two columns: within bf16 rounding of torch's fp32 softmax, in windows of
-    larger buffers (nothing outside written), with chunks and rows of -inf (0 and NaN as torch gives), and in
-    place."""
+@pytest.mark.parametrize("dtype", PACKED_DTYPES)
+@pytest.mark.parametrize("shape", PACKED_SHAPES)
+def test_packed_forward(path, dtype, shape):
+    """16-bit rows held as words of two columns (bf16 or fp16 pairs): within a rounding of torch's fp32
+    softmax, in windows of larger buffers (nothing outside written), with chunks and rows of -inf (0 and NaN
+    as torch gives), and in place."""
+    _runs_here(dtype, shape)
     n_rows, n_cols = shape
-    x_buffer = torch.full((n_rows + 2, n_cols + 40), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    x_buffer = torch.full((n_rows + 2, n_cols + 40), float("nan"), dtype=dtype, device=DEVICE)
     x = x_buffer[:n_rows, :n_cols]
     x.copy_(randn(*shape, seed=3) * 4)
     x[1, :64] = -float("inf")
@@ -239,50 +249,56 @@ def test_backward_matches_autograd(path, dtype, shape):
 
 
 @pytest.mark.parametrize("path", PACKED_PATHS)
-@pytest.mark.parametrize("shape", [(6, 150), (8, 128), (3, 256), (300, 40),
-                                   # an odd width is not packed: bf16 arithmetic, which the interpreter gets wrong
-                                   pytest.param((4, 151), marks=pytest.mark.skipif(not ON_GPU, reason="bf16"))])
-def test_packed_bf16_backward_matches_autograd(path, shape):
-    """dx rounded to bf16 as torch rounds (to nearest, ties to even): within a bf16 ulp of autograd's fp32
-    gradient, of the dx's largest value; NaN where y or dy is NaN, inf in and NaN out as torch gives."""
+@pytest.mark.parametrize("dtype", PACKED_DTYPES)
+@pytest.mark.parametrize("shape", PACKED_SHAPES)
+def test_packed_backward_matches_autograd(path, dtype, shape):
+    """dx rounded to bf16 or fp16 as torch rounds (to nearest, ties to even): within a bf16 ulp of autograd's
+    fp32 gradient, of the dx's largest value; NaN where y or dy is NaN, inf in and NaN out as torch gives."""
+    _runs_here(dtype, shape)
     x = randn(*shape, seed=8) * 4
-    y = torch.softmax(x, -1).to(torch.bfloat16)
-    dy = randn(*shape, seed=9).to(torch.bfloat16)
+    y = torch.softmax(x, -1).to(dtype)
+    dy = randn(*shape, seed=9).to(dtype)
     want = torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)
     dx = sm._backward(y, dy, **PACKED_PATHS[path])
-    assert dx.dtype == torch.bfloat16
+    assert dx.dtype == dtype
     torch.testing.assert_close(dx.float(), want, atol=2**-8 * want.abs().max().item(), rtol=2**-8)
     dy[1, 3] = float("nan")
     dy[2, 0] = float("inf")
-    want = torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32).to(torch.bfloat16)
+    want = torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32).to(dtype)
     got = sm._backward(y, dy, **PACKED_PATHS[path])
     assert torch.equal(got[1:3].isnan(), want[1:3].isnan()) and got[1:3].isnan().any()
 
 
-def test_packed_backward_rounds_as_torch_does():
-    """_pack_bf16 (the GPU's cvt, the interpreter's integer arithmetic): ties to even, subnormals, the largest
-    values and infinities exact; NaN stays NaN; the even column in the low half of its word."""
-    x = torch.tensor([1.0, 1.00390625, 1.01171875, -1.00390625, -2.5e-39, 1e-45, 3.4e38, -3.4e38, float("inf"),
-                      -float("inf"), -0.0, float("nan")] + randn(2000, seed=1).mul(1e3).tolist(), device=DEVICE)
+@pytest.mark.parametrize("dtype", PACKED_DTYPES)
+def test_packed_outputs_round_as_torch_does(dtype):
+    """_pack (the GPU's cvt; in the interpreter integer arithmetic for bf16, numpy's conversion for fp16): ties
+    to even, subnormals, the largest values, overflow and infinities exact; NaN stays NaN; the even column in
+    the low half of its word."""
+    x = torch.tensor([1.0, 1.00390625, 1.01171875, -1.00390625, 1.00048828125, 1.000732421875, -2.5e-39, 1e-45,
+                      3e-8, 6.1e-5, 65504.0, 65520.0, 3.4e38, -3.4e38, float("inf"), -float("inf"), -0.0,
+                      float("nan")] + randn(2000, seed=1).mul(1e3).tolist(), device=DEVICE)
     words = torch.empty(x.numel() // 2, dtype=torch.int32, device=DEVICE)
-    _packed[(1,)](x, words, words.numel(), BLOCK=triton.next_power_of_2(words.numel()))
-    got = words.view(torch.bfloat16)  # little-endian: word i holds columns 2i (low half) and 2i + 1
-    want = x.to(torch.bfloat16)
+    pairs = (sm.FP16_PAIRS if dtype == torch.float16 else sm.BF16_PAIRS).value
+    _packed[(1,)](x, words, words.numel(), BLOCK=triton.next_power_of_2(words.numel()), PACKED=pairs)
+    got = words.view(dtype)  # little-endian: word i holds columns 2i (low half) and 2i + 1
+    want = x.to(dtype)
     finite = ~x.isnan()
     assert torch.equal(got[finite].view(torch.int16), want[finite].view(torch.int16))
     assert got[~finite].isnan().all()
 
 
+@pytest.mark.parametrize("dtype", PACKED_DTYPES)
 @pytest.mark.parametrize("lanes", [1, 8, 64])
-def test_packed_partials_lane_by_lane(lanes):
+def test_packed_partials_lane_by_lane(lanes, dtype):
     """The packed forward's partials of a chunk, its max and its sum of exp(x - max), taken per lane and then
     combined (on a GPU a lane is a thread's columns; the forward's chunks there hold several a lane): as torch
     has them, with lanes and whole chunks of -inf (max -inf, sum 0)."""
-    x = randn(8, 128, seed=6).mul(8).to(torch.bfloat16)
+    x = randn(8, 128, seed=6).mul(8).to(dtype)
     x[1, 16:32] = -float("inf")  # whole lanes of -inf at 8 lanes, parts of lanes at 64
     x[2] = -float("inf")
     part = torch.empty(8, 2, device=DEVICE)
-    _chunk_partials[(8,)](x.view(torch.int32), part, CHUNK=64, LANES=lanes)
+    pairs = (sm.FP16_PAIRS if dtype == torch.float16 else sm.BF16_PAIRS).value
+    _chunk_partials[(8,)](x.view(torch.int32), part, CHUNK=64, LANES=lanes, PACKED=pairs)
     xf = x.float()
     m = xf.max(-1).values
     total = torch.exp(xf - torch.where(m.isinf(), 0, m)[:, None]).sum(-1)
@@ -290,18 +306,18 @@ def test_packed_partials_lane_by_lane(lanes):
 
 
 @triton.jit
-def _chunk_partials(x_ptr, part_ptr, CHUNK: tl.constexpr, LANES: tl.constexpr):
+def _chunk_partials(x_ptr, part_ptr, CHUNK: tl.constexpr, LANES: tl.constexpr, PACKED: tl.constexpr):
     row = tl.program_id(0)
     x = tl.load(x_ptr + row * CHUNK + tl.arange(0, CHUNK))
-    sm._publish(x, part_ptr + row * 2, part_ptr, 0, 1, 1, True, LANES)  # one chunk a row, PHASE 1: no arrival
+    sm._publish(x, part_ptr + row * 2, part_ptr, 0, 1, 1, PACKED, LANES)  # one chunk a row, PHASE 1: no arrival
 
 
 @triton.jit
-def _packed(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+def _packed(x_ptr, out_ptr, n, BLOCK: tl.constexpr, PACKED: tl.constexpr):
     i = tl.arange(0, BLOCK)
     even = tl.load(x_ptr + 2 * i, mask=i < n)
     odd = tl.load(x_ptr + 2 * i + 1, mask=i < n)
-    tl.store(out_ptr + i, sm._pack_bf16(even, odd), mask=i < n)
+    tl.store(out_ptr + i, sm._pack(even, odd, PACKED), mask=i < n)
 
 
 def test_autograd_gradcheck_style():

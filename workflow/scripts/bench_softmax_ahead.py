@@ -65,6 +65,12 @@ warps to 131072 columns, then 8192 x 4):
   sm_90a build takes 191 registers against 156, two programs an SM instead of three. Kept: both changes, and
   the lane partials for the unpacked split forward too: fp32 (the public default, 4096 x 4) 0.92 / 0.92 / 0.90
   against 0.92 / 0.90 / 0.88 at 262144 / 524288 / 2^20 (121 registers against 119: four programs an SM still).
+- fp16 rows packed the same way (words of two fp16, converted at use, dx and the output rounded by the GPU's
+  cvt.rn.f16x2.f32), on another H100 (scratch bench, one run; the public defaults of the time beside them:
+  two-pass forwards, the backward a row at a time): forward 8192 x 4 0.855 / 0.816 / 0.810 at 262144 / 524288 /
+  2^20 against 0.758 / 0.746 / 0.715, at 65536 / 131072 0.878 / 0.883 against 0.936 / 0.891; backward 0.962 /
+  0.979 / 0.980 / 0.975 / 0.915 at 65536 .. 2^20 against 0.950 / 0.938 / 0.905 / 0.824 / 0.697; 4096 x 4
+  below 8192 x 4 everywhere (0.65-0.94). Kept: the "packed" entries for fp16 rows too (the bf16 widths).
 
 Registers a thread and spills of the sm_90a builds (triton 3.9, ptxas, rows of 2^20 columns, unit column
 strides, 16-divisible pointers and row strides), the row-ahead backward against the row-at-a-time one,
