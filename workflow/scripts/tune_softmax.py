@@ -33,7 +33,7 @@ BYTES = 2**28
 WIDTHS = [2**k for k in range(7, 19)] + [2**20]
 
 
-def candidates(n: int, direction: str, bf16: bool) -> dict:
+def candidates(n: int, direction: str, half: bool) -> dict:
     """label -> keyword arguments of sm._forward / sm._backward: the defaults, and the grid they were chosen from
     (rows tiles forward; the split and two-pass paths from 32768 columns). Also tried on the H200 and dropped, as
     slower: eviction_policy="evict_first", persistent programs looping over tiles (num_stages 1 and 2), and a split
@@ -192,7 +192,7 @@ def candidates(n: int, direction: str, bf16: bool) -> dict:
         for chunk, warps in ((4096, 4), (8192, 4), (8192, 8), (8192, 16)):
             out[f"split chunk={chunk} warps={warps}"] = dict(row_limit=1, chunk=chunk, warps=warps, segment=0,
                                                              packed=False)
-            if bf16:  # held two to a 32-bit word (the backward then runs a row ahead)
+            if half:  # 16-bit rows held two to a 32-bit word (the backward then runs a row ahead)
                 out[f"split packed chunk={chunk} warps={warps}"] = dict(row_limit=1, chunk=chunk, warps=warps,
                                                                         segment=0, packed=True)
         for segment, chunk, warps in ((32768, 8192, 16), (65536, 16384, 16), (65536, 32768, 32), (131072, 32768, 32)):
@@ -251,7 +251,7 @@ def sweep(path: str, widths: list[int], dtypes: list[str], directions: list[str]
                         "public": (lambda: softmax(x)) if direction == "forward" else (lambda: softmax_backward(ref, dy))}
                 if direction == "forward" and n <= 32768:
                     runs["writeup"] = lambda: softmax_writeup(x)
-                for label, kw in candidates(n, direction, dtype == torch.bfloat16).items():
+                for label, kw in candidates(n, direction, dtype.itemsize == 2).items():
                     for module, suffix in versions:
                         if direction == "forward":
                             out = torch.empty_like(x)
