@@ -420,7 +420,8 @@ def _bf16_bits(x):
 def _pack(even, odd, PACKED: tl.constexpr):
     """fp32 pairs rounded (to nearest, ties to even) to PACKED's 16-bit format as 32-bit words, even in the
     low half. The GPU's cvt rounds two at once (bf16 backward at 2^20 columns, H100: 0.94 of copy against 0.86
-    by integer arithmetic); Triton's interpreter truncates on conversion to bf16, so it takes _bf16_bits."""
+    by integer arithmetic); Triton's interpreter truncates on conversion to bf16, so it takes _bf16_bits there
+    (its conversion to fp16, numpy's, rounds right)."""
     if _INTERPRETED:
         if PACKED == FP16_PAIRS:
             halves = (even.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF,

@@ -47,7 +47,7 @@ warps to 131072 columns, then 8192 x 4):
   the rounding cost more than the registers they free (sm_90a, 4096 x 4 warps: 96 registers against the split
   forward's 127; 8192 x 4: 197 against 237).
 - Both packed forms with the output rounded by the GPU's cvt.rn.bf16x2.f32 (two values an instruction;
-  kernels/_softmax.py's _pack_bf16) instead, on two more H100s: the backward a row ahead, 8192 x 4 warps, 0.98
+  kernels/_softmax.py's _pack) instead, on two more H100s: the backward a row ahead, 8192 x 4 warps, 0.98
   / 0.98 / 0.98 / 0.94 at 131072 / 262144 / 524288 / 2^20 against 0.91 / 0.91 / 0.89 / 0.86 with integer
   rounding (two alternated runs each; 4096 x 4 0.60-0.98 by width and run, 4096 x 8 0.62-0.92); at 65536
   0.97-0.98 against 0.95 for the default two-pass (one segment). The forward, 8192 x 4: 0.84 / 0.81 / 0.77 at
@@ -163,7 +163,7 @@ def two_pass_forward_ahead(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols
 
 
 def forward_packed(x: torch.Tensor, chunk: int, warps: int) -> torch.Tensor:
-    """The split forward holding bf16 rows as words (kernels/_softmax.py, PACKED), ``chunk`` columns a program."""
+    """The split forward holding 16-bit rows as words (kernels/_softmax.py, PACKED), ``chunk`` columns a program."""
     out = torch.empty_like(x)
     settings = dict(segment=0, chunk=chunk, warps=warps, packed=True)
     assert sm._settings(x.shape[1], (x, out), False, settings).packed, "rows that do not pack"
@@ -231,7 +231,8 @@ def check() -> None:
 
 def measure(widths: list[int], directions: list[str]) -> list[dict]:
     rows = []
-    for dtype in (torch.float32, torch.bfloat16) if "backward" in directions else (torch.bfloat16,):
+    halves = (torch.bfloat16, torch.float16)
+    for dtype in (torch.float32, *halves) if "backward" in directions else halves:
         for n in widths:
             m = max(1, BYTES // (n * dtype.itemsize))
             x = torch.randn(m, n, device="cuda", dtype=torch.float32)
@@ -242,10 +243,10 @@ def measure(widths: list[int], directions: list[str]) -> list[dict]:
                     "backward": torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)}
             copy_rate = copy_gbps(y)
             runs = [("backward", "public", lambda: softmax_backward(y, dy))]
-            forms = list(FORMS) if dtype == torch.bfloat16 else ["ahead", "row"]
+            forms = list(FORMS) if dtype.itemsize == 2 else ["ahead", "row"]
             runs += [("backward", f"{form} {c}/w{w}", lambda c=c, w=w, f=form: backward(y, dy, c, w, f))
                      for c, w in SIZES if c <= n for form in forms]
-            if dtype == torch.bfloat16:  # fp32 rows this wide take the split forward, already a row ahead
+            if dtype.itemsize == 2:  # fp32 rows this wide take the split forward, already a row ahead
                 runs.append(("forward", "public", lambda: softmax(x)))
                 runs += [("forward", f"ahead {sg}/{c}/w{w}", lambda sg=sg, c=c, w=w: forward(x, sg, c, w))
                          for sg, c, w in SEGMENTS if sg < n]

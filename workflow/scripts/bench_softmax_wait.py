@@ -97,8 +97,9 @@ def _wait_none(counter_ptr, target):
 
 
 @triton.jit
-def _publish_none(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr, PACKED: tl.constexpr):
-    return x, tl.full([], 0.0, tl.float32)  # _publish's (e, m) without computing or sharing a partial
+def _publish_none(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr, PACKED: tl.constexpr,
+                  LANES: tl.constexpr = 1):
+    return x, tl.full([LANES], 0.0, tl.float32)  # _publish's (e, lanes' m) without computing or sharing a partial
 
 
 @triton.jit
