@@ -84,8 +84,13 @@ WIDE = (
     # wider fp32: 0.74-0.77 (two-pass 0.65-0.73); H100, with each chunk's partials taken lane by lane (_publish),
     # 262144 / 524288 / 2^20 columns: 0.92 / 0.92 / 0.90 against 0.92 / 0.90 / 0.88 (two alternated runs each)
     ("forward", 4, None, (0, 4096, 4)),
-    ("forward", 2, 128 * KiB, (131072, 16384, 16)),  # bf16 to 65536 columns: 0.82-0.87 (32768 x 32 warps: 0.68-0.79)
-    ("forward", 2, 256 * KiB, (131072, 32768, 32)),  # bf16 at 131072 columns, one segment: 0.88 (H100)
+    # 16-bit, two-pass, one segment a row; H100 (bf16, _two_pass_forward's first walk per thread), chunks of
+    # 16384 x 16 warps against 32768 x 32: 0.97 / 0.98 / 0.97 / 0.93 against 0.66 / 0.77 / 0.81 / 0.91 at 36864 /
+    # 45056 / 49152 / 57344 columns (a chunk mostly masked still costs its exps), 0.90 / 0.79 / 0.76 / 0.72 against
+    # 0.96 / 0.89 / 0.96 / 0.90 at 65536 / 81920 / 98304 / 131072. Before the first walk took partials per thread,
+    # the H200 chose 16384 x 16 to 65536 columns (0.82-0.87; 32768 x 32 0.68-0.79)
+    ("forward", 2, 112 * KiB, (131072, 16384, 16)),
+    ("forward", 2, 256 * KiB, (131072, 32768, 32)),
     # wider bf16, H100, packed (two exps per element, the output rounded by the GPU's cvt), 262144 / 524288 /
     # 2^20 columns: 0.84 / 0.81 / 0.77 against 0.75 / 0.74 / 0.70 two-pass (segments of 65536 x 32768 x 32),
     # 0.67 / 0.68 / 0.68 with segments of 131072, the split path unpacked 0.69-0.75; then with each chunk's
@@ -532,7 +537,8 @@ def _segment(n_cols, SEGMENT: tl.constexpr, SPLITS: tl.constexpr, WHOLE_ROW: tl.
 @triton.jit
 def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col,
                       n_groups, SEGMENT: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
-                      SPLITS_P2: tl.constexpr, PHASE: tl.constexpr, FAST: tl.constexpr, EVEN: tl.constexpr):
+                      SPLITS_P2: tl.constexpr, PHASE: tl.constexpr, FAST: tl.constexpr, EVEN: tl.constexpr,
+                      LANES: tl.constexpr = 1, VEC: tl.constexpr = 1):
     """Program (group, part) handles columns [part * SEGMENT, +SEGMENT) of rows group, group + n_groups, ...
     and walks them twice in chunks of CHUNK: first for the max and the sum of exp (loads that ask L2 to keep
     the lines), then to write y. When the segments of the resident programs fit in L2, the second read comes
@@ -540,7 +546,11 @@ def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_r
     two walks, at the row's counter as in _split_forward (PHASE as there). FAST (for 16-bit outputs): the second
     walk computes y = exp2((x - max) * log2(e) + log2(1 / sum)) in one multiply-add, one op fewer than
     exp2((x - max) * log2(e)) / sum and as exact for a 16-bit output. EVEN: the chunks cover the segments
-    exactly, so no column is masked."""
+    exactly, so no column is masked. The first walk keeps a max and a sum per thread, a chunk seen as
+    [CHUNK // LANES, LANES // VEC, VEC] (LANES as in _publish, VEC columns a thread's vector), so that no chunk
+    waits for a block reduction and one exp per thread rescales its sum; they are combined once, after the walk
+    (H100, fp32 at 65536 columns: 0.96 of copy against 0.94 with a block max and sum per chunk; a max and sum
+    per lane, VEC exps per thread, 0.95; bf16 at 131072 0.90 / 0.88 / 0.89)."""
     group, part_index, first, end = _segment(n_cols, SEGMENT, SPLITS, True)
     offsets = tl.arange(0, CHUNK)
     splits = tl.arange(0, SPLITS_P2)
@@ -548,15 +558,18 @@ def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_r
         r = tl.cast(row, tl.int64)
         part = part_ptr + r * (2 * SPLITS)  # [max of each segment..., sum of exp of each segment...]
         if PHASE != 2:
-            m = tl.full([], -float("inf"), tl.float32)
-            total = tl.full([], 0.0, tl.float32)
+            m = tl.full([LANES // VEC], -float("inf"), tl.float32)
+            total = tl.full([LANES // VEC], 0.0, tl.float32)
             for start in range(first, end, CHUNK):
                 cols = start + offsets
                 x = _load(x_ptr + r * x_row + cols * x_col, cols < end, -float("inf"), EVEN, "evict_last")
-                m_new = tl.maximum(m, tl.max(x, axis=0))
-                m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # a chunk of -inf sums to 0, not NaN
-                total = total * tl.exp2((m - m_safe) * LOG2E) + tl.sum(tl.exp2((x - m_safe) * LOG2E), axis=0)
+                lanes = tl.reshape(x, [CHUNK // LANES, LANES // VEC, VEC])
+                m_new = tl.maximum(m, tl.max(tl.max(lanes, axis=2), axis=0))
+                m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # a thread's -inf sums to 0, not NaN
+                chunk_sum = tl.sum(tl.sum(tl.exp2((lanes - m_safe[None, :, None]) * LOG2E), axis=2), axis=0)
+                total = total * tl.exp2((m - m_safe) * LOG2E) + chunk_sum
                 m = m_new
+            m, total = tl.reduce((m, total), 0, _combine_partials)
             if SPLITS == 1:
                 row_max = m
                 scale = 1.0 / total
@@ -571,8 +584,8 @@ def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_r
                     _wait(counter_ptr + row, SPLITS)
                 ms = tl.load(part + splits, mask=splits < SPLITS, other=-float("inf"), volatile=True)
                 ls = tl.load(part + SPLITS + splits, mask=splits < SPLITS, other=0.0, volatile=True)
-                row_max = tl.max(ms, axis=0)
-                scale = 1.0 / tl.sum(ls * tl.exp2((ms - row_max) * LOG2E), axis=0)
+                row_max, total = tl.reduce((ms, ls), 0, _combine_partials)
+                scale = 1.0 / total
             log2_scale = tl.log2(scale)
             for start in range(first, end, CHUNK):
                 cols = start + offsets
@@ -804,10 +817,15 @@ def _pairs(cfg: Settings, rows: torch.Tensor) -> int:
     return (FP16_PAIRS if rows.dtype == torch.float16 else BF16_PAIRS).value if cfg.packed else 0
 
 
+def _vector(cfg: Settings, element_size: int) -> int:
+    """Columns (words, packed) of a thread's 16-byte vector, cfg as launched (after _words)."""
+    return 4 if cfg.packed else 16 // element_size
+
+
 def _lanes(cfg: Settings, element_size: int) -> int:
-    """The split forward's lanes (cfg as launched, after _words): a 16-byte vector (4 words packed) for each
-    thread, so that a lane's partials need no exchange between threads."""
-    return min(cfg.chunk, (4 if cfg.packed else 16 // element_size) * 32 * cfg.num_warps)
+    """The split and two-pass forwards' lanes (cfg as launched): a vector for each thread, so that a lane's
+    partials need no exchange between threads."""
+    return min(cfg.chunk, _vector(cfg, element_size) * 32 * cfg.num_warps)
 
 
 @serialized
@@ -825,11 +843,13 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     cfg = _settings(n_cols, (x, out), False, overrides)
     if cfg.split:
         cfg, t = _words(cfg, out, x)
+        lanes = _lanes(cfg, x.element_size())
+        form = (dict(FAST=out.element_size() <= 2, VEC=min(_vector(cfg, x.element_size()), lanes)) if cfg.segment
+                else dict(PACKED=_pairs(cfg, x)))
         _split_launch(_two_pass_forward if cfg.segment else _split_forward,
                       dict(out_ptr=t[0], x_ptr=t[1], x_row=t[1].stride(0), x_col=t[1].stride(1), out_row=t[0].stride(0),
                            out_col=t[0].stride(1)), n_rows, t[1].shape[1], cfg, 2, EVEN=_covers(t[1].shape[1], cfg),
-                      **(dict(FAST=out.element_size() <= 2) if cfg.segment
-                         else dict(PACKED=_pairs(cfg, x), LANES=_lanes(cfg, x.element_size()))))
+                      LANES=lanes, **form)
     else:
         programs = triton.cdiv(n_rows, cfg.block_m)
         if cfg.prefetch:

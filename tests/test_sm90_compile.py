@@ -170,7 +170,8 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
         elif backward:
             forms = [{}]
         elif cfg.segment:
-            forms = [dict(EVEN=even, FAST=size == 2) for even in (False, True)]
+            forms = [dict(EVEN=even, FAST=size == 2, LANES=sm._lanes(launched, size), VEC=sm._vector(launched, size))
+                     for even in (False, True)]
         else:
             forms = [dict(EVEN=even, PACKED=p, LANES=sm._lanes(launched, size)) for even in (False, True) for p in pairs]
         splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)

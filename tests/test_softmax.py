@@ -97,6 +97,7 @@ FORWARD_PATHS = {**PATHS, "rows, default tile": dict(row_limit=1024),
                  # one warp: lanes of 128 (fp32) or 256 (16-bit) columns, several columns each (_publish)
                  "split, several columns a lane": dict(tile=256, row_limit=16, chunk=512, warps=1, segment=0,
                                                        packed=False),
+                 "two-pass, several columns a lane": dict(row_limit=16, chunk=256, warps=1, segment=512),
                  # a few programs (3 in the interpreter) each walking many tiles, loading the next one early
                  "rows, prefetching": dict(tile=256, row_limit=1024, prefetch=True),
                  "rows, prefetching a row at a time": dict(tile=1, row_limit=1024, prefetch=True)}
@@ -142,6 +143,25 @@ def test_every_path_strided_and_minus_inf(path, dtype):
     x[0, 100:] -= 300
     torch.testing.assert_close(forward(x, path).float(), torch.softmax(x.float(), -1), atol=softmax_atol(dtype),
                                rtol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_two_pass_partials_per_thread_across_chunks(dtype):
+    """The two-pass forward's first walk keeps a (max, sum) per thread over its chunks (one warp of 32 threads,
+    a 16-byte vector each: lanes of 128 fp32 or 256 fp16 columns; chunks of two lanes): columns -inf in the first
+    chunks and finite later, a max that grows chunk after chunk, a thread's columns -inf over a whole row, a
+    segment all -inf (its partial (-inf, 0))."""
+    vector = 16 // dtype.itemsize
+    lanes = 32 * vector
+    chunk = 2 * lanes
+    x = randn(5, 6 * chunk + 37, dtype=dtype, seed=4)  # two segments of 4 chunks, the last part-full
+    x[0, : 3 * chunk] = -float("inf")
+    x[1] += torch.linspace(0, 20, x.shape[1], device=DEVICE).to(dtype)
+    cols = torch.arange(x.shape[1], device=DEVICE)
+    x[2, (cols % lanes) // vector == 1] = -float("inf")  # thread 1's columns, every chunk
+    x[3, : 4 * chunk] = -float("inf")
+    out = sm._forward(x, torch.empty_like(x), row_limit=16, chunk=chunk, warps=1, segment=4 * chunk)
+    torch.testing.assert_close(out.float(), torch.softmax(x.float(), -1), atol=softmax_atol(dtype), rtol=0)
 
 
 @pytest.mark.parametrize("path", FORWARD_PATHS)
