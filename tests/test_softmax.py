@@ -94,7 +94,8 @@ PATHS = {"rows": dict(tile=256, row_limit=1024, chunk=64),
          "two-pass": dict(row_limit=16, chunk=32, segment=64),  # several programs per row
          "two-pass, a program per row": dict(row_limit=16, chunk=32, segment=2**20)}
 FORWARD_PATHS = {**PATHS, "rows, default tile": dict(row_limit=1024),
-                 # one warp: lanes of 128 (fp32) or 256 (16-bit) columns, several columns each (_publish)
+                 # one warp: lanes of 128 (fp32) or 256 (16-bit) columns, several columns each (_publish, and the
+                 # two-pass first walk's per-thread partials)
                  "split, several columns a lane": dict(tile=256, row_limit=16, chunk=512, warps=1, segment=0,
                                                        packed=False),
                  "two-pass, several columns a lane": dict(row_limit=16, chunk=256, warps=1, segment=512),
