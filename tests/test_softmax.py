@@ -155,7 +155,7 @@ def test_two_pass_partials_per_thread_across_chunks(dtype):
     vector = 16 // dtype.itemsize
     lanes = 32 * vector
     chunk = 2 * lanes
-    x = randn(5, 6 * chunk + 37, dtype=dtype, seed=4)  # two segments of 4 chunks, the last part-full
+    x = randn(5, 6 * chunk + 37, dtype=dtype, seed=4)  # segments of 4 chunks, then 2 and one of 37 columns
     x[0, : 3 * chunk] = -float("inf")
     x[1] += torch.linspace(0, 20, x.shape[1], device=DEVICE).to(dtype)
     cols = torch.arange(x.shape[1], device=DEVICE)
