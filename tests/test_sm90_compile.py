@@ -159,7 +159,7 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
         cfg = sm.launch_settings(n_cols, size, backward, bf16=size == 2, packed=None if packs else False)
         assert cfg.packed == packs, entry
         kernel = ("_two_pass_" if cfg.segment else "_split_") + direction
-        launched, _ = sm._words(cfg)  # packed: two bf16 columns a word, half the chunk
+        launched, _ = sm._words(cfg)  # packed: two 16-bit columns a word, half the chunk
         elt = "fp32" if size == 4 else "bf16"
         tensors = ("dx_ptr", "y_ptr", "dy_ptr") if backward else ("out_ptr", "x_ptr")
         strides = ("y_row", "y_col", "dy_row", "dy_col", "dx_row", "dx_col") if backward else (
