@@ -201,9 +201,11 @@ def _store_softmax(out_ptr, x, first, n_rows, n_cols, out_row, out_col, BLOCK_M:
 
 @triton.jit
 def _rows_forward(out_ptr, x_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr):
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr, UNIT: tl.constexpr = 1):
     """A tile of rows per program; PREFETCH: fewer programs, each walking tiles pid, pid + grid, ... and
-    loading the next tile before it computes this one, so that its loads overlap its arithmetic."""
+    loading the next tile before it computes this one, so that its loads overlap its arithmetic. n_cols and
+    the row strides come divided by UNIT (_unit)."""
+    n_cols, x_row, out_row = n_cols * UNIT, x_row * UNIT, out_row * UNIT
     first = tl.program_id(0) * BLOCK_M
     if PREFETCH:
         step = tl.num_programs(0) * BLOCK_M
@@ -235,10 +237,13 @@ def _store(ptrs, value, mask, EVEN: tl.constexpr):
 
 @triton.jit
 def _rows_backward(dx_ptr, y_ptr, dy_ptr, n_rows, n_cols, y_row, y_col, dy_row, dy_col, dx_row, dx_col,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr, RELOAD: tl.constexpr):
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr, RELOAD: tl.constexpr,
+                   UNIT: tl.constexpr = 1):
     """dx = y * (dy - sum(y * dy)) row by row. EVEN: the tiles cover the rows exactly (no masks). RELOAD: y
     and dy are read again after the sum (from L2, which the first read asks to keep them) instead of being
-    held across it: for wide rows, fewer registers per program and so more rows in flight."""
+    held across it: for wide rows, fewer registers per program and so more rows in flight. n_cols and the
+    row strides come divided by UNIT (_unit)."""
+    n_cols, y_row, dy_row, dx_row = n_cols * UNIT, y_row * UNIT, dy_row * UNIT, dx_row * UNIT
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     src = tl.minimum(rows, n_rows - 1).to(tl.int64)[:, None]
@@ -309,12 +314,12 @@ def _publish(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr,
     if PACKED:
         even, odd = _unpack(lanes, PACKED)
         lane_m = tl.maximum(tl.max(even, axis=0), tl.max(odd, axis=0))
-        lane_safe = tl.where(lane_m == -float("inf"), 0.0, lane_m)[None, :]  # a lane of -inf sums to 0, not NaN
+        lane_safe = _finite(lane_m)[None, :]  # a lane of -inf sums to 0, not NaN
         lane_l = tl.sum(tl.exp2((even - lane_safe) * LOG2E) + tl.exp2((odd - lane_safe) * LOG2E), axis=0)
         e = x
     else:
         lane_m = tl.max(lanes, axis=0)
-        lane_safe = tl.where(lane_m == -float("inf"), 0.0, lane_m)[None, :]
+        lane_safe = _finite(lane_m)[None, :]
         lane_e = tl.exp2((lanes - lane_safe) * LOG2E)
         lane_l = tl.sum(lane_e, axis=0)
         e = tl.reshape(lane_e, [x.shape[0]])
@@ -327,10 +332,16 @@ def _publish(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr,
 
 
 @triton.jit
+def _finite(m):
+    """m as the shift of exp(x - m): 0 where m is -inf, so that exps of -inf give 0 rather than NaN."""
+    return tl.where(m == -float("inf"), 0.0, m)
+
+
+@triton.jit
 def _combine_partials(m1, l1, m2, l2):
     """Two (max, sum of exp(x - max)) partials as one (online softmax's combine)."""
     m = tl.maximum(m1, m2)
-    m_safe = tl.where(m == -float("inf"), 0.0, m)  # two empty partials: 0, not NaN
+    m_safe = _finite(m)  # two empty partials: 0, not NaN
     return m, l1 * tl.exp2((m1 - m_safe) * LOG2E) + l2 * tl.exp2((m2 - m_safe) * LOG2E)
 
 
@@ -429,9 +440,9 @@ def _pack(even, odd, PACKED: tl.constexpr):
     (its conversion to fp16, numpy's, rounds right)."""
     if _INTERPRETED:
         if PACKED == FP16_PAIRS:
-            halves = (even.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF,
-                      odd.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) << 16)
-            return halves[0] | halves[1]
+            low = even.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF  # sign-extended: masked
+            high = odd.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) << 16
+            return low | high
         return (_bf16_bits(even) | (_bf16_bits(odd) << 16)).to(tl.int32, bitcast=True)
     if PACKED == FP16_PAIRS:
         return tl.inline_asm_elementwise("cvt.rn.f16x2.f32 $0, $1, $2;", "=r,r,r", [odd, even], dtype=tl.int32,
@@ -565,7 +576,7 @@ def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_r
                 x = _load(x_ptr + r * x_row + cols * x_col, cols < end, -float("inf"), EVEN, "evict_last")
                 lanes = tl.reshape(x, [CHUNK // LANES, LANES // VEC, VEC])
                 m_new = tl.maximum(m, tl.max(tl.max(lanes, axis=2), axis=0))
-                m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # a thread's -inf sums to 0, not NaN
+                m_safe = _finite(m_new)  # a thread's -inf sums to 0, not NaN
                 chunk_sum = tl.sum(tl.sum(tl.exp2((lanes - m_safe[None, :, None]) * LOG2E), axis=2), axis=0)
                 total = total * tl.exp2((m - m_safe) * LOG2E) + chunk_sum
                 m = m_new
@@ -812,9 +823,14 @@ def _words(cfg: Settings, *tensors: torch.Tensor) -> tuple:
     return dataclasses.replace(cfg, chunk=cfg.chunk // 2), tuple(t.view(torch.int32) for t in tensors)
 
 
+def _pair_format(dtype: torch.dtype) -> int:
+    """PACKED for 32-bit words that hold two values of this 16-bit dtype."""
+    return (FP16_PAIRS if dtype == torch.float16 else BF16_PAIRS).value
+
+
 def _pairs(cfg: Settings, rows: torch.Tensor) -> int:
     """The split kernels' PACKED for these rows: 0, or the 16-bit format of the pairs a word holds."""
-    return (FP16_PAIRS if rows.dtype == torch.float16 else BF16_PAIRS).value if cfg.packed else 0
+    return _pair_format(rows.dtype) if cfg.packed else 0
 
 
 def _vector(cfg: Settings, element_size: int) -> int:
@@ -828,6 +844,17 @@ def _lanes(cfg: Settings, element_size: int) -> int:
     return min(cfg.chunk, _vector(cfg, element_size) * 32 * cfg.num_warps)
 
 
+def _unit(n_cols: int, *tensors: torch.Tensor) -> int:
+    """The rows kernels' UNIT: the largest power of two up to a thread's 16-byte vector that divides the row
+    width and every row stride (unit column strides), by which they are passed divided and multiplied back by a
+    constant, so that Triton knows rows of 1000 or 3000 columns start at 16-byte boundaries and loads them in
+    vectors: it knows an integer argument divisible by 16, not by 8."""
+    unit = 16 // tensors[0].element_size()
+    while unit > 1 and (n_cols % unit or any(t.stride(1) != 1 or t.stride(0) % unit for t in tensors)):
+        unit //= 2
+    return unit
+
+
 @serialized
 def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     """Rows that fit one program's tile (launch_settings), else the split or two-pass path; overrides as there."""
@@ -839,7 +866,6 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     if not _columns_fit(out):  # computed contiguous, then copied in (out may be x itself)
         out.copy_(_forward.__wrapped__(x, torch.empty(x.shape, dtype=out.dtype, device=out.device), **overrides))
         return out
-    strides = [*x.stride(), *out.stride()]
     cfg = _settings(n_cols, (x, out), False, overrides)
     if cfg.split:
         cfg, t = _words(cfg, out, x)
@@ -854,8 +880,10 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
         programs = triton.cdiv(n_rows, cfg.block_m)
         if cfg.prefetch:
             programs = min(programs, _sms(x.device))
-        _rows_forward[(programs,)](out, x, n_rows, n_cols, *strides, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                                   PREFETCH=cfg.prefetch, num_warps=cfg.num_warps)
+        unit = _unit(n_cols, x, out)
+        _rows_forward[(programs,)](out, x, n_rows, n_cols // unit, x.stride(0) // unit, x.stride(1), out.stride(0) // unit,
+                                   out.stride(1), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREFETCH=cfg.prefetch,
+                                   UNIT=unit, num_warps=cfg.num_warps)
     return out
 
 
@@ -867,7 +895,6 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
     if not (n_rows and n_cols):
         return dx
     y, dy = (t if _columns_fit(t) else t.contiguous() for t in (y, dy))
-    strides = [*y.stride(), *dy.stride(), *dx.stride()]
     cfg = _settings(n_cols, (y, dy), True, overrides)  # dx is contiguous and as wide
     if cfg.split:
         cfg, t = _words(cfg, dx, y, dy)
@@ -878,9 +905,11 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
                       **({} if cfg.segment else dict(AHEAD=cfg.ahead, PACKED=_pairs(cfg, y))))
     else:
         even = n_cols == cfg.block_n and n_rows % cfg.block_m == 0
-        _rows_backward[(triton.cdiv(n_rows, cfg.block_m),)](dx, y, dy, n_rows, n_cols, *strides, BLOCK_M=cfg.block_m,
-                                                            BLOCK_N=cfg.block_n, EVEN=even, RELOAD=cfg.reload,
-                                                            num_warps=cfg.num_warps)
+        unit = _unit(n_cols, y, dy, dx)
+        _rows_backward[(triton.cdiv(n_rows, cfg.block_m),)](
+            dx, y, dy, n_rows, n_cols // unit, y.stride(0) // unit, y.stride(1), dy.stride(0) // unit, dy.stride(1),
+            dx.stride(0) // unit, dx.stride(1), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, EVEN=even, RELOAD=cfg.reload,
+            UNIT=unit, num_warps=cfg.num_warps)
     return dx
 
 

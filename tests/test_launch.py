@@ -203,6 +203,24 @@ def test_rows_that_cannot_be_seen_as_words_take_the_unpacked_entry(backward, dty
     assert not sm._settings(n, (shifted, shifted), backward, {}).packed
 
 
+@pytest.mark.parametrize(("rows", "unit"), [
+    (lambda: torch.empty(4, 1000), 4),  # a 16-byte vector of fp32: no larger unit
+    (lambda: torch.empty(4, 1000, dtype=torch.bfloat16), 8),
+    (lambda: torch.empty(4, 3000, dtype=torch.float16), 8),
+    (lambda: torch.empty(4, 2048), 4),
+    (lambda: torch.empty(4, 1002), 2),
+    (lambda: torch.empty(4, 1001), 1),
+    (lambda: torch.empty(4, 1010)[:, :1000], 2),  # the row stride divides by less than the width
+    (lambda: torch.empty(4, 2000)[:, ::2], 1),  # columns apart: no vector loads at all
+    (lambda: torch.empty(1000, 4).t(), 1),
+])
+def test_the_rows_kernels_take_width_and_strides_in_the_largest_unit_dividing_them(rows, unit):
+    """Rows of 1000 or 3000 columns load in vectors only if the kernel knows their starts are 16-byte aligned:
+    Triton knows an argument divisible by 16, so the width and row strides go divided by a unit (_unit)."""
+    x = rows()
+    assert sm._unit(x.shape[1], x, torch.empty(x.shape, dtype=x.dtype)) == unit
+
+
 @pytest.mark.parametrize("n_cols", [0, sm.MAX_COLS + 1])
 def test_softmax_refuses_a_width_past_its_cap_naming_it(n_cols):
     with pytest.raises(ValueError, match=rf"n_cols must be 1\.\.{sm.MAX_COLS} .* got {n_cols}"):

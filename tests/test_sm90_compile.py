@@ -164,7 +164,7 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
         tensors = ("dx_ptr", "y_ptr", "dy_ptr") if backward else ("out_ptr", "x_ptr")
         strides = ("y_row", "y_col", "dy_row", "dy_col", "dx_row", "dx_col") if backward else (
             "x_row", "x_col", "out_row", "out_col")
-        pairs = [sm.BF16_PAIRS.value, sm.FP16_PAIRS.value] if cfg.packed else [0]  # bf16 or fp16 words
+        pairs = [sm._pair_format(torch.bfloat16), sm._pair_format(torch.float16)] if cfg.packed else [0]
         if backward and not cfg.segment:
             forms = [dict(AHEAD=ahead, PACKED=p) for ahead in (False, True) for p in pairs]
         elif backward:

@@ -306,7 +306,7 @@ def test_packed_outputs_round_as_torch_does(dtype):
                       3e-8, 6.1e-5, 65504.0, 65520.0, 3.4e38, -3.4e38, float("inf"), -float("inf"), -0.0,
                       float("nan")] + randn(2000, seed=1).mul(1e3).tolist(), device=DEVICE)
     words = torch.empty(x.numel() // 2, dtype=torch.int32, device=DEVICE)
-    pairs = (sm.FP16_PAIRS if dtype == torch.float16 else sm.BF16_PAIRS).value
+    pairs = sm._pair_format(dtype)
     _packed[(1,)](x, words, words.numel(), BLOCK=triton.next_power_of_2(words.numel()), PACKED=pairs)
     got = words.view(dtype)  # little-endian: word i holds columns 2i (low half) and 2i + 1
     want = x.to(dtype)
@@ -326,7 +326,7 @@ def test_packed_partials_lane_by_lane(lanes, dtype):
     x[3, 16:32] = -float("inf")  # a word in each of 8 lanes at 8 lanes, whole lanes at 64
     x[2] = -float("inf")
     part = torch.empty(8, 2, device=DEVICE)
-    pairs = (sm.FP16_PAIRS if dtype == torch.float16 else sm.BF16_PAIRS).value
+    pairs = sm._pair_format(dtype)
     _chunk_partials[(8,)](x.view(torch.int32), part, CHUNK=64, LANES=lanes, PACKED=pairs)
     xf = x.float()
     m = xf.max(-1).values
