@@ -348,14 +348,16 @@ def _combine_partials(m1, l1, m2, l2):
 @triton.jit
 def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col,
                    n_groups, CHUNK: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
-                   PHASE: tl.constexpr, EVEN: tl.constexpr, PACKED: tl.constexpr, LANES: tl.constexpr = 1):
+                   PHASE: tl.constexpr, EVEN: tl.constexpr, PACKED: tl.constexpr, LANES: tl.constexpr = 1,
+                   UNIT: tl.constexpr = 1):
     """Program (group, chunk) handles columns [chunk * CHUNK, +CHUNK) of rows group, group + n_groups, ...
     PHASE 0: the whole softmax, waiting at each row's counter (GPU); 1: partials only; 2: output from
     partials. The loop runs a row ahead: before it waits for the other programs' partials of a row, it
     publishes its partials of the next row and issues the loads of the one after, so that a wait
     overlaps with work and loads. EVEN: the chunks cover the rows exactly, so no column is masked. PACKED:
     16-bit rows seen as 32-bit words of two columns (n_cols, CHUNK and the strides count words), their
-    partials taken over LANES lanes (_publish)."""
+    partials taken over LANES lanes (_publish). n_cols and the row strides come divided by UNIT (_unit)."""
+    n_cols, x_row, out_row = n_cols * UNIT, x_row * UNIT, out_row * UNIT
     pid = tl.program_id(0)
     group = pid // SPLITS  # < n_rows: the launch never has more groups than rows
     chunk = pid % SPLITS
@@ -482,12 +484,15 @@ def _dx(y, dy, dot, dx_ptr, PACKED: tl.constexpr):
 @triton.jit
 def _split_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols, y_row, y_col, dy_row, dy_col,
                     dx_row, dx_col, n_groups, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
-                    SPLITS_P2: tl.constexpr, PHASE: tl.constexpr, AHEAD: tl.constexpr, PACKED: tl.constexpr):
+                    SPLITS_P2: tl.constexpr, PHASE: tl.constexpr, AHEAD: tl.constexpr, PACKED: tl.constexpr,
+                    UNIT: tl.constexpr = 1):
     """_split_forward's layout for dx = y * (dy - sum(y * dy)); the partial is each chunk's sum(y * dy).
     It reads the next row before it waits. AHEAD: it runs a row ahead as _split_forward does, publishing and
     counting in for the next row before it waits for this one, so that the group's other programs have had a
     row's time to arrive; it then holds three rows of two tensors. PACKED: y, dy and dx are 16-bit rows seen as
-    32-bit words, two columns each (n_cols, CHUNK and the strides count words), held so and unpacked at use."""
+    32-bit words, two columns each (n_cols, CHUNK and the strides count words), held so and unpacked at use.
+    n_cols and the row strides come divided by UNIT (_unit)."""
+    n_cols, y_row, dy_row, dx_row = n_cols * UNIT, y_row * UNIT, dy_row * UNIT, dx_row * UNIT
     pid = tl.program_id(0)
     group = pid // SPLITS
     chunk = pid % SPLITS
@@ -549,7 +554,7 @@ def _segment(n_cols, SEGMENT: tl.constexpr, SPLITS: tl.constexpr, WHOLE_ROW: tl.
 def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col,
                       n_groups, SEGMENT: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
                       SPLITS_P2: tl.constexpr, PHASE: tl.constexpr, FAST: tl.constexpr, EVEN: tl.constexpr,
-                      LANES: tl.constexpr = 1, VEC: tl.constexpr = 1):
+                      LANES: tl.constexpr = 1, VEC: tl.constexpr = 1, UNIT: tl.constexpr = 1):
     """Program (group, part) handles columns [part * SEGMENT, +SEGMENT) of rows group, group + n_groups, ...
     and walks them twice in chunks of CHUNK: first for the max and the sum of exp (loads that ask L2 to keep
     the lines), then to write y. When the segments of the resident programs fit in L2, the second read comes
@@ -561,7 +566,9 @@ def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_r
     [CHUNK // LANES, LANES // VEC, VEC] (LANES as in _publish, VEC columns a thread's vector), so that no chunk
     waits for a block reduction and one exp per thread rescales its sum; they are combined once, after the walk
     (H100, fp32 at 65536 columns: 0.96 of copy against 0.94 with a block max and sum per chunk; a max and sum
-    per lane, VEC exps per thread, 0.95; bf16 at 131072 0.90 / 0.88 / 0.89)."""
+    per lane, VEC exps per thread, 0.95; bf16 at 131072 0.90 / 0.88 / 0.89). n_cols and the row strides come
+    divided by UNIT (_unit)."""
+    n_cols, x_row, out_row = n_cols * UNIT, x_row * UNIT, out_row * UNIT
     group, part_index, first, end = _segment(n_cols, SEGMENT, SPLITS, True)
     offsets = tl.arange(0, CHUNK)
     splits = tl.arange(0, SPLITS_P2)
@@ -611,9 +618,10 @@ def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_r
 @triton.jit
 def _two_pass_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols, y_row, y_col, dy_row, dy_col,
                        dx_row, dx_col, n_groups, SEGMENT: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
-                       SPLITS_P2: tl.constexpr, PHASE: tl.constexpr):
+                       SPLITS_P2: tl.constexpr, PHASE: tl.constexpr, UNIT: tl.constexpr = 1):
     """_two_pass_forward's layout for dx = y * (dy - sum(y * dy)): the first walk sums y * dy, the second
-    writes dx."""
+    writes dx. n_cols and the row strides come divided by UNIT (_unit)."""
+    n_cols, y_row, dy_row, dx_row = n_cols * UNIT, y_row * UNIT, dy_row * UNIT, dx_row * UNIT
     group, part_index, first, end = _segment(n_cols, SEGMENT, SPLITS, False)
     offsets = tl.arange(0, CHUNK)
     splits = tl.arange(0, SPLITS_P2)
@@ -753,6 +761,7 @@ def _split_launch(kernel, arguments: dict, n_rows: int, n_cols: int, cfg: Settin
     chunk (a group of one program, which the interpreter runs in one launch too). A two-pass kernel
     (cfg.segment) whose row is one segment waits for no one: one program per row."""
     splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)
+    n_cols //= flags.get("UNIT", 1)  # the kernel's n_cols, as its row strides, counts units (_unit)
     consts = dict(CHUNK=cfg.chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits), **flags)
     if cfg.segment:
         consts["SEGMENT"] = cfg.segment
@@ -845,10 +854,10 @@ def _lanes(cfg: Settings, element_size: int) -> int:
 
 
 def _unit(n_cols: int, *tensors: torch.Tensor) -> int:
-    """The rows kernels' UNIT: the largest power of two up to a thread's 16-byte vector that divides the row
-    width and every row stride (unit column strides), by which they are passed divided and multiplied back by a
-    constant, so that Triton knows rows of 1000 or 3000 columns start at 16-byte boundaries and loads them in
-    vectors: it knows an integer argument divisible by 16, not by 8."""
+    """The kernels' UNIT: the largest power of two up to a thread's 16-byte vector that divides the row width
+    and every row stride (unit column strides), by which they are passed divided and multiplied back by a
+    constant, so that Triton knows rows of 1000, 3000 or 65000 columns start at 16-byte boundaries and loads
+    them in vectors: it knows an integer argument divisible by 16, not by 8."""
     unit = 16 // tensors[0].element_size()
     while unit > 1 and (n_cols % unit or any(t.stride(1) != 1 or t.stride(0) % unit for t in tensors)):
         unit //= 2
@@ -869,13 +878,14 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     cfg = _settings(n_cols, (x, out), False, overrides)
     if cfg.split:
         cfg, t = _words(cfg, out, x)
+        unit = _unit(t[1].shape[1], *t)
         lanes = _lanes(cfg, x.element_size())
         form = (dict(FAST=out.element_size() <= 2, VEC=min(_vector(cfg, x.element_size()), lanes)) if cfg.segment
                 else dict(PACKED=_pairs(cfg, x)))
         _split_launch(_two_pass_forward if cfg.segment else _split_forward,
-                      dict(out_ptr=t[0], x_ptr=t[1], x_row=t[1].stride(0), x_col=t[1].stride(1), out_row=t[0].stride(0),
-                           out_col=t[0].stride(1)), n_rows, t[1].shape[1], cfg, 2, EVEN=_covers(t[1].shape[1], cfg),
-                      LANES=lanes, **form)
+                      dict(out_ptr=t[0], x_ptr=t[1], x_row=t[1].stride(0) // unit, x_col=t[1].stride(1),
+                           out_row=t[0].stride(0) // unit, out_col=t[0].stride(1)), n_rows, t[1].shape[1], cfg, 2,
+                      EVEN=_covers(t[1].shape[1], cfg), LANES=lanes, UNIT=unit, **form)
     else:
         programs = triton.cdiv(n_rows, cfg.block_m)
         if cfg.prefetch:
@@ -898,10 +908,11 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
     cfg = _settings(n_cols, (y, dy), True, overrides)  # dx is contiguous and as wide
     if cfg.split:
         cfg, t = _words(cfg, dx, y, dy)
+        unit = _unit(t[1].shape[1], *t)
         _split_launch(_two_pass_backward if cfg.segment else _split_backward,
-                      dict(dx_ptr=t[0], y_ptr=t[1], dy_ptr=t[2], y_row=t[1].stride(0), y_col=t[1].stride(1),
-                           dy_row=t[2].stride(0), dy_col=t[2].stride(1), dx_row=t[0].stride(0), dx_col=t[0].stride(1)),
-                      n_rows, t[1].shape[1], cfg, 1,
+                      dict(dx_ptr=t[0], y_ptr=t[1], dy_ptr=t[2], y_row=t[1].stride(0) // unit, y_col=t[1].stride(1),
+                           dy_row=t[2].stride(0) // unit, dy_col=t[2].stride(1), dx_row=t[0].stride(0) // unit,
+                           dx_col=t[0].stride(1)), n_rows, t[1].shape[1], cfg, 1, UNIT=unit,
                       **({} if cfg.segment else dict(AHEAD=cfg.ahead, PACKED=_pairs(cfg, y))))
     else:
         even = n_cols == cfg.block_n and n_rows % cfg.block_m == 0
