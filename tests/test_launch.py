@@ -214,9 +214,9 @@ def test_rows_that_cannot_be_seen_as_words_take_the_unpacked_entry(backward, dty
     (lambda: torch.empty(4, 2000)[:, ::2], 1),  # columns apart: no vector loads at all
     (lambda: torch.empty(1000, 4).t(), 1),
 ])
-def test_the_rows_kernels_take_width_and_strides_in_the_largest_unit_dividing_them(rows, unit):
-    """Rows of 1000 or 3000 columns load in vectors only if the kernel knows their starts are 16-byte aligned:
-    Triton knows an argument divisible by 16, so the width and row strides go divided by a unit (_unit)."""
+def test_the_kernels_take_width_and_strides_in_the_largest_unit_dividing_them(rows, unit):
+    """Rows of 1000, 3000 or 65000 columns load in vectors only if the kernel knows their starts are 16-byte
+    aligned: Triton knows an argument divisible by 16, so the width and row strides go divided by a unit (_unit)."""
     x = rows()
     assert sm._unit(x.shape[1], x, torch.empty(x.shape, dtype=x.dtype)) == unit
 

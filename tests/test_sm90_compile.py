@@ -178,6 +178,7 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
         types = dict(**dict.fromkeys(tensors, "*i32" if cfg.packed else f"*{elt}"), part_ptr="*fp32",
                      counter_ptr="*i32", **dict.fromkeys(("n_rows", "n_cols", *strides, "n_groups"), "i32"))
         consts = dict(CHUNK=launched.chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits), PHASE=0,
+                      UNIT=sm._vector(launched, size),  # rows 16-byte aligned: widths and strides in vectors
                       **(dict(SEGMENT=cfg.segment) if cfg.segment else {}))
         for form in forms:
             requests[f"entry {entry}: {kernel} {elt} {n_cols} {form}"] = dict(
