@@ -857,7 +857,10 @@ def _unit(n_cols: int, *tensors: torch.Tensor) -> int:
     """The kernels' UNIT: the largest power of two up to a thread's 16-byte vector that divides the row width
     and every row stride (unit column strides), by which they are passed divided and multiplied back by a
     constant, so that Triton knows rows of 1000, 3000 or 65000 columns start at 16-byte boundaries and loads
-    them in vectors: it knows an integer argument divisible by 16, not by 8."""
+    them in vectors: it knows an integer argument divisible by 16, not by 8. A row stride past int32 goes as it
+    is (unit 1): Triton types it int64 then, and a quotient that fits int32 would overflow when multiplied back."""
+    if any(t.stride(0) >= 2**31 for t in tensors):
+        return 1
     unit = 16 // tensors[0].element_size()
     while unit > 1 and (n_cols % unit or any(t.stride(1) != 1 or t.stride(0) % unit for t in tensors)):
         unit //= 2
