@@ -214,6 +214,7 @@ def test_rows_that_cannot_be_seen_as_words_take_the_unpacked_entry(backward, dty
     (lambda: torch.empty(4, 2000)[:, ::2], 1),  # columns apart: no vector loads at all
     (lambda: torch.empty(1000, 4).t(), 1),
     (lambda: torch.empty_strided((2, 1000), (2**31 + 8, 1), device="meta"), 1),  # the stride goes as int64
+    (lambda: torch.empty_strided((2, 1000), (2**31, 1), device="meta"), 1),  # from 2^31 on, not past it
 ])
 def test_the_kernels_take_width_and_strides_in_the_largest_unit_dividing_them(rows, unit):
     """Rows of 1000, 3000 or 65000 columns load in vectors only if the kernel knows their starts are 16-byte

@@ -274,6 +274,26 @@ def test_backward_matches_autograd(path, dtype, shape):
     torch.testing.assert_close(dx.float(), x.grad.float(), atol=4 * softmax_atol(dtype), rtol=0)
 
 
+@pytest.mark.parametrize("path", FORWARD_PATHS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rows_whose_stride_divides_by_less_than_their_width(path, dtype):
+    """Width 200 divides by 8 (fp16's 16-byte vector), the row stride 204 by 4 only: the kernels take both in
+    units of 4 (_unit), not 8."""
+    x = randn(6, 204, dtype=dtype, seed=3)[:, :200]
+    torch.testing.assert_close(forward(x, path).float(), torch.softmax(x.float(), -1), atol=softmax_atol(dtype), rtol=0)
+
+
+@pytest.mark.parametrize("path", BACKWARD_PATHS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_backward_of_rows_whose_stride_divides_by_less_than_their_width(path, dtype):
+    y = torch.empty(6, 204, dtype=dtype, device=DEVICE)[:, :200]  # y and dy: rows 204 apart, as above
+    y.copy_(softmax_ref(randn(6, 200, dtype=dtype, seed=3)))
+    dy = randn(6, 204, dtype=dtype, seed=4)[:, :200]
+    want = torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)
+    torch.testing.assert_close(sm._backward(y, dy, **BACKWARD_PATHS[path]).float(), want,
+                               atol=4 * softmax_atol(dtype), rtol=0)
+
+
 @pytest.mark.parametrize("path", PACKED_PATHS)
 @pytest.mark.parametrize("dtype", PACKED_DTYPES)
 @pytest.mark.parametrize("shape", PACKED_SHAPES)
