@@ -867,6 +867,11 @@ def _unit(n_cols: int, *tensors: torch.Tensor) -> int:
     return unit
 
 
+def _strides(unit: int, *tensors: torch.Tensor) -> list[int]:
+    """Each tensor's row stride in units (_unit) and column stride, in turn, as the kernels take them."""
+    return [s for t in tensors for s in (t.stride(0) // unit, t.stride(1))]
+
+
 @serialized
 def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     """Rows that fit one program's tile (launch_settings), else the split or two-pass path; overrides as there."""
@@ -886,17 +891,16 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
         form = (dict(FAST=out.element_size() <= 2, VEC=min(_vector(cfg, x.element_size()), lanes)) if cfg.segment
                 else dict(PACKED=_pairs(cfg, x)))
         _split_launch(_two_pass_forward if cfg.segment else _split_forward,
-                      dict(out_ptr=t[0], x_ptr=t[1], x_row=t[1].stride(0) // unit, x_col=t[1].stride(1),
-                           out_row=t[0].stride(0) // unit, out_col=t[0].stride(1)), n_rows, t[1].shape[1], cfg, 2,
-                      EVEN=_covers(t[1].shape[1], cfg), LANES=lanes, UNIT=unit, **form)
+                      dict(out_ptr=t[0], x_ptr=t[1],
+                           **dict(zip(("x_row", "x_col", "out_row", "out_col"), _strides(unit, t[1], t[0])))),
+                      n_rows, t[1].shape[1], cfg, 2, EVEN=_covers(t[1].shape[1], cfg), LANES=lanes, UNIT=unit, **form)
     else:
         programs = triton.cdiv(n_rows, cfg.block_m)
         if cfg.prefetch:
             programs = min(programs, _sms(x.device))
         unit = _unit(n_cols, x, out)
-        _rows_forward[(programs,)](out, x, n_rows, n_cols // unit, x.stride(0) // unit, x.stride(1), out.stride(0) // unit,
-                                   out.stride(1), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PREFETCH=cfg.prefetch,
-                                   UNIT=unit, num_warps=cfg.num_warps)
+        _rows_forward[(programs,)](out, x, n_rows, n_cols // unit, *_strides(unit, x, out), BLOCK_M=cfg.block_m,
+                                   BLOCK_N=cfg.block_n, PREFETCH=cfg.prefetch, UNIT=unit, num_warps=cfg.num_warps)
     return out
 
 
@@ -913,17 +917,17 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
         cfg, t = _words(cfg, dx, y, dy)
         unit = _unit(t[1].shape[1], *t)
         _split_launch(_two_pass_backward if cfg.segment else _split_backward,
-                      dict(dx_ptr=t[0], y_ptr=t[1], dy_ptr=t[2], y_row=t[1].stride(0) // unit, y_col=t[1].stride(1),
-                           dy_row=t[2].stride(0) // unit, dy_col=t[2].stride(1), dx_row=t[0].stride(0) // unit,
-                           dx_col=t[0].stride(1)), n_rows, t[1].shape[1], cfg, 1, UNIT=unit,
+                      dict(dx_ptr=t[0], y_ptr=t[1], dy_ptr=t[2],
+                           **dict(zip(("y_row", "y_col", "dy_row", "dy_col", "dx_row", "dx_col"),
+                                      _strides(unit, t[1], t[2], t[0])))),
+                      n_rows, t[1].shape[1], cfg, 1, UNIT=unit,
                       **({} if cfg.segment else dict(AHEAD=cfg.ahead, PACKED=_pairs(cfg, y))))
     else:
         even = n_cols == cfg.block_n and n_rows % cfg.block_m == 0
         unit = _unit(n_cols, y, dy, dx)
         _rows_backward[(triton.cdiv(n_rows, cfg.block_m),)](
-            dx, y, dy, n_rows, n_cols // unit, y.stride(0) // unit, y.stride(1), dy.stride(0) // unit, dy.stride(1),
-            dx.stride(0) // unit, dx.stride(1), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, EVEN=even, RELOAD=cfg.reload,
-            UNIT=unit, num_warps=cfg.num_warps)
+            dx, y, dy, n_rows, n_cols // unit, *_strides(unit, y, dy, dx), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            EVEN=even, RELOAD=cfg.reload, UNIT=unit, num_warps=cfg.num_warps)
     return dx
 
 
