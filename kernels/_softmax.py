@@ -842,15 +842,18 @@ def _pairs(cfg: Settings, rows: torch.Tensor) -> int:
     return _pair_format(rows.dtype) if cfg.packed else 0
 
 
-def _vector(cfg: Settings, element_size: int) -> int:
-    """Columns (words, packed) of a thread's 16-byte vector, cfg as launched (after _words)."""
-    return 4 if cfg.packed else 16 // element_size
+def _vector(cfg: Settings, element_size: int, unit: int) -> int:
+    """Columns (words, packed) of a thread's vector, cfg as launched (after _words): 16 bytes, or the rows' unit
+    (_unit) where that is less. Triton loads rows that it cannot see 16-byte aligned one column at a time; a
+    thread that then holds 16 bytes of columns has a warp's load touch one column of each thread's 16 bytes
+    (a 512-byte span for 64 bytes used) where, a column a thread, it reads 32 adjacent columns."""
+    return min(4 if cfg.packed else 16 // element_size, unit)
 
 
-def _lanes(cfg: Settings, element_size: int) -> int:
+def _lanes(cfg: Settings, element_size: int, unit: int) -> int:
     """The split and two-pass forwards' lanes (cfg as launched): a vector for each thread, so that a lane's
     partials need no exchange between threads."""
-    return min(cfg.chunk, _vector(cfg, element_size) * 32 * cfg.num_warps)
+    return min(cfg.chunk, _vector(cfg, element_size, unit) * 32 * cfg.num_warps)
 
 
 def _unit(n_cols: int, *tensors: torch.Tensor) -> int:
@@ -858,8 +861,10 @@ def _unit(n_cols: int, *tensors: torch.Tensor) -> int:
     and every row stride (unit column strides), by which they are passed divided and multiplied back by a
     constant, so that Triton knows rows of 1000, 3000 or 65000 columns start at 16-byte boundaries and loads
     them in vectors: it knows an integer argument divisible by 16, not by 8. A row stride past int32 goes as it
-    is (unit 1): Triton types it int64 then, and a quotient that fits int32 would overflow when multiplied back."""
-    if any(t.stride(0) >= 2**31 for t in tensors):
+    is (unit 1): Triton types it int64 then, and a quotient that fits int32 would overflow when multiplied back.
+    So does a tensor that does not start at a 16-byte boundary: Triton, which then knows no alignment, loads
+    its rows a column at a time whatever the unit (and _vector follows)."""
+    if any(t.stride(0) >= 2**31 or t.data_ptr() % 16 for t in tensors):
         return 1
     unit = 16 // tensors[0].element_size()
     while unit > 1 and (n_cols % unit or any(t.stride(1) != 1 or t.stride(0) % unit for t in tensors)):
@@ -887,8 +892,8 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     if cfg.split:
         cfg, t = _words(cfg, out, x)
         unit = _unit(t[1].shape[1], *t)
-        lanes = _lanes(cfg, x.element_size())
-        form = (dict(FAST=out.element_size() <= 2, VEC=min(_vector(cfg, x.element_size()), lanes)) if cfg.segment
+        lanes = _lanes(cfg, x.element_size(), unit)
+        form = (dict(FAST=out.element_size() <= 2, VEC=min(_vector(cfg, x.element_size(), unit), lanes)) if cfg.segment
                 else dict(PACKED=_pairs(cfg, x)))
         _split_launch(_two_pass_forward if cfg.segment else _split_forward,
                       dict(out_ptr=t[0], x_ptr=t[1],

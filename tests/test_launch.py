@@ -210,6 +210,8 @@ def test_rows_that_cannot_be_seen_as_words_take_the_unpacked_entry(backward, dty
     (lambda: torch.empty(4, 2048), 4),
     (lambda: torch.empty(4, 1002), 2),
     (lambda: torch.empty(4, 1001), 1),
+    (lambda: torch.empty(4001)[1:].view(4, 1000), 1),  # a start 4 bytes past a 16-byte boundary
+    (lambda: torch.empty(8008, dtype=torch.bfloat16)[8:].view(4, 2000), 8),  # 16 bytes past: aligned
     (lambda: torch.empty(4, 1010)[:, :1000], 2),  # the row stride divides by less than the width
     (lambda: torch.empty(4, 2000)[:, ::2], 1),  # columns apart: no vector loads at all
     (lambda: torch.empty(1000, 4).t(), 1),
@@ -221,6 +223,24 @@ def test_the_kernels_take_width_and_strides_in_the_largest_unit_dividing_them(ro
     aligned: Triton knows an argument divisible by 16, so the width and row strides go divided by a unit (_unit)."""
     x = rows()
     assert sm._unit(x.shape[1], x, torch.empty(x.shape, dtype=x.dtype)) == unit
+
+
+@pytest.mark.parametrize(("n_cols", "offset", "vector"), [
+    (65536, 0, 8), (50257, 0, 1), (65002, 0, 2), (65536, 1, 1),  # bf16: 8 columns in 16 bytes
+])
+def test_a_thread_holds_no_more_adjacent_columns_than_triton_loads_at_once(n_cols, offset, vector, monkeypatch):
+    """Where Triton loads a row a column (or a pair) at a time, a thread of the split and two-pass forwards holds
+    that many columns, not a 16-byte vector: a warp's load then reads adjacent columns rather than one column of
+    each thread's 16 bytes."""
+    launches = []
+    monkeypatch.setattr(sm, "_split_launch", lambda kernel, arguments, n_rows, n_cols, cfg, width, **flags:
+                        launches.append((cfg, flags)))
+    x = torch.empty(2 * n_cols + offset, dtype=torch.bfloat16)[offset:].view(2, n_cols)
+    for segment in (0, 32768):  # the split forward (unpacked), then the two-pass forward
+        sm._forward(x, torch.empty_like(x), segment=segment, packed=False, chunk=4096, warps=4)
+    (split_cfg, split), (two_pass_cfg, two_pass) = launches
+    assert split["LANES"] == two_pass["LANES"] == vector * 32 * 4 and two_pass["VEC"] == vector
+    assert split["UNIT"] == two_pass["UNIT"] == vector
 
 
 @pytest.mark.parametrize("n_cols", [0, sm.MAX_COLS + 1])

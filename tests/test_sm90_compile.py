@@ -165,20 +165,21 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
         strides = ("y_row", "y_col", "dy_row", "dy_col", "dx_row", "dx_col") if backward else (
             "x_row", "x_col", "out_row", "out_col")
         pairs = [sm._pair_format(torch.bfloat16), sm._pair_format(torch.float16)] if cfg.packed else [0]
+        vector = sm._vector(launched, size, 16)  # rows 16-byte aligned: a thread's whole 16-byte vector
         if backward and not cfg.segment:
             forms = [dict(AHEAD=ahead, PACKED=p) for ahead in (False, True) for p in pairs]
         elif backward:
             forms = [{}]
         elif cfg.segment:
-            forms = [dict(EVEN=even, FAST=size == 2, LANES=sm._lanes(launched, size), VEC=sm._vector(launched, size))
+            forms = [dict(EVEN=even, FAST=size == 2, LANES=sm._lanes(launched, size, vector), VEC=vector)
                      for even in (False, True)]
         else:
-            forms = [dict(EVEN=even, PACKED=p, LANES=sm._lanes(launched, size)) for even in (False, True) for p in pairs]
+            forms = [dict(EVEN=even, PACKED=p, LANES=sm._lanes(launched, size, vector)) for even in (False, True) for p in pairs]
         splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)
         types = dict(**dict.fromkeys(tensors, "*i32" if cfg.packed else f"*{elt}"), part_ptr="*fp32",
                      counter_ptr="*i32", **dict.fromkeys(("n_rows", "n_cols", *strides, "n_groups"), "i32"))
         consts = dict(CHUNK=launched.chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits), PHASE=0,
-                      UNIT=sm._vector(launched, size),  # rows 16-byte aligned: widths and strides in vectors
+                      UNIT=vector,  # widths and strides in vectors
                       **(dict(SEGMENT=cfg.segment) if cfg.segment else {}))
         for form in forms:
             requests[f"entry {entry}: {kernel} {elt} {n_cols} {form}"] = dict(
