@@ -535,6 +535,61 @@ def _split_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols
 
 
 @triton.jit
+def _walk_start(row_start, first, VEC: tl.constexpr, ALIGN: tl.constexpr):
+    """Where a walk of columns [first, end) of the row at element offset row_start begins: first, or (ALIGN) the
+    column at the 16-byte boundary at or before it (VEC columns a vector), so that every chunk starts at one."""
+    start = first
+    if ALIGN:
+        start = first - ((row_start + first) % VEC).to(tl.int32)
+    return start
+
+
+@triton.jit
+def _walk_load(ptr, row_start, start, first, end, col_stride, other, EVEN: tl.constexpr, POLICY: tl.constexpr,
+               CHUNK: tl.constexpr, VEC: tl.constexpr, ALIGN: tl.constexpr):
+    """Columns [start, start + CHUNK) of a row as fp32, `other` outside [first, end). ALIGN (start at a 16-byte
+    boundary, _walk_start; unit column strides): loaded in whole 16-byte vectors, those that reach into [first, end)
+    (their columns outside it read from the same 16 bytes, never past them, then replaced), since Triton
+    loads a row it cannot see aligned, or masked element by element, one column at a time."""
+    if ALIGN:
+        vectors = tl.arange(0, CHUNK // VEC)[:, None] * VEC
+        offsets = vectors + tl.arange(0, VEC)[None, :]
+        cols = start + offsets
+        base = (row_start + start) // VEC * VEC  # = row_start + start, as Triton sees it: a multiple of VEC
+        x = tl.load(ptr + base + offsets, mask=start + vectors < end, other=other, eviction_policy=POLICY)
+        x = tl.reshape(tl.where((cols >= first) & (cols < end), x.to(tl.float32), other), [CHUNK])
+    else:
+        cols = start + tl.arange(0, CHUNK)
+        x = _load(ptr + row_start + cols * col_stride, cols < end, other, EVEN, POLICY)
+    return x
+
+
+@triton.jit
+def _walk_store(ptr, row_start, start, first, end, col_stride, value, EVEN: tl.constexpr, CHUNK: tl.constexpr,
+                VEC: tl.constexpr, ALIGN: tl.constexpr):
+    """_walk_load's columns stored from `value` ([CHUNK]) within [first, end). ALIGN: the 16-byte vectors wholly
+    inside it only (a masked column would store a column at a time); _walk_edges stores the rest."""
+    if ALIGN:
+        vectors = tl.arange(0, CHUNK // VEC)[:, None] * VEC
+        base = (row_start + start) // VEC * VEC
+        whole = (start + vectors >= first) & (start + vectors + VEC <= end)
+        tl.store(ptr + base + vectors + tl.arange(0, VEC)[None, :], tl.reshape(value, [CHUNK // VEC, VEC]), mask=whole)
+    else:
+        cols = start + tl.arange(0, CHUNK)
+        _store(ptr + row_start + cols * col_stride, value, cols < end, EVEN)
+
+
+@triton.jit
+def _walk_edges(start, first, end, VEC: tl.constexpr):
+    """The columns of the two 16-byte vectors at the ends of an ALIGN walk from `start` that reach past
+    [first, end) (_walk_store leaves them), as [2, VEC], and which of them are in [first, end) (a short row's
+    ends may be one vector: it is stored twice, the same values)."""
+    last = start + (end - 1 - start) // VEC * VEC
+    cols = tl.where(tl.arange(0, 2)[:, None] == 0, start, last) + tl.arange(0, VEC)[None, :]
+    return cols, (cols >= first) & (cols < end)
+
+
+@triton.jit
 def _segment(n_cols, SEGMENT: tl.constexpr, SPLITS: tl.constexpr, WHOLE_ROW: tl.constexpr):
     """This program's row group, its segment's index, and the segment's columns [first, end). WHOLE_ROW: a
     row of one segment is [0, n_cols) as such (bf16 forward at 65536 columns: 0.82 of copy, 0.61 through the
@@ -554,7 +609,8 @@ def _segment(n_cols, SEGMENT: tl.constexpr, SPLITS: tl.constexpr, WHOLE_ROW: tl.
 def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col,
                       n_groups, SEGMENT: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
                       SPLITS_P2: tl.constexpr, PHASE: tl.constexpr, FAST: tl.constexpr, EVEN: tl.constexpr,
-                      LANES: tl.constexpr = 1, VEC: tl.constexpr = 1, UNIT: tl.constexpr = 1):
+                      LANES: tl.constexpr = 1, VEC: tl.constexpr = 1, UNIT: tl.constexpr = 1,
+                      ALIGN: tl.constexpr = False):
     """Program (group, part) handles columns [part * SEGMENT, +SEGMENT) of rows group, group + n_groups, ...
     and walks them twice in chunks of CHUNK: first for the max and the sum of exp (loads that ask L2 to keep
     the lines), then to write y. When the segments of the resident programs fit in L2, the second read comes
@@ -567,20 +623,22 @@ def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_r
     waits for a block reduction and one exp per thread rescales its sum; they are combined once, after the walk
     (H100, fp32 at 65536 columns: 0.96 of copy against 0.94 with a block max and sum per chunk; a max and sum
     per lane, VEC exps per thread, 0.95; bf16 at 131072 0.90 / 0.88 / 0.89). n_cols and the row strides come
-    divided by UNIT (_unit)."""
+    divided by UNIT (_unit). ALIGN: rows that do not start at 16-byte boundaries (x's and out's at the same
+    column) walked from the boundary before each segment's first column, in whole vectors (_walk_load)."""
     n_cols, x_row, out_row = n_cols * UNIT, x_row * UNIT, out_row * UNIT
     group, part_index, first, end = _segment(n_cols, SEGMENT, SPLITS, True)
-    offsets = tl.arange(0, CHUNK)
     splits = tl.arange(0, SPLITS_P2)
     for row in range(group, n_rows, n_groups):
         r = tl.cast(row, tl.int64)
+        x_start, out_start = r * x_row, r * out_row
+        lo = _walk_start(x_start, first, VEC, ALIGN)
         part = part_ptr + r * (2 * SPLITS)  # [max of each segment..., sum of exp of each segment...]
         if PHASE != 2:
             m = tl.full([LANES // VEC], -float("inf"), tl.float32)
             total = tl.full([LANES // VEC], 0.0, tl.float32)
-            for start in range(first, end, CHUNK):
-                cols = start + offsets
-                x = _load(x_ptr + r * x_row + cols * x_col, cols < end, -float("inf"), EVEN, "evict_last")
+            for start in range(lo, end, CHUNK):
+                x = _walk_load(x_ptr, x_start, start, first, end, x_col, -float("inf"), EVEN, "evict_last", CHUNK,
+                               VEC, ALIGN)
                 lanes = tl.reshape(x, [CHUNK // LANES, LANES // VEC, VEC])
                 m_new = tl.maximum(m, tl.max(tl.max(lanes, axis=2), axis=0))
                 m_safe = _finite(m_new)  # a thread's -inf sums to 0, not NaN
@@ -605,37 +663,50 @@ def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_r
                 row_max, total = tl.reduce((ms, ls), 0, _combine_partials)
                 scale = 1.0 / total
             log2_scale = tl.log2(scale)
-            for start in range(first, end, CHUNK):
-                cols = start + offsets
-                x = _load(x_ptr + r * x_row + cols * x_col, cols < end, 0.0, EVEN, "evict_first")
-                if FAST:
-                    y = tl.exp2(tl.fma(x - row_max, LOG2E, log2_scale))
-                else:
-                    y = tl.exp2((x - row_max) * LOG2E) * scale
-                _store(out_ptr + r * out_row + cols * out_col, y.to(out_ptr.dtype.element_ty), cols < end, EVEN)
+            for start in range(lo, end, CHUNK):
+                x = _walk_load(x_ptr, x_start, start, first, end, x_col, 0.0, EVEN, "evict_first", CHUNK, VEC, ALIGN)
+                y = _softmax_of(x, row_max, scale, log2_scale, FAST)
+                _walk_store(out_ptr, out_start, start, first, end, out_col, y.to(out_ptr.dtype.element_ty), EVEN,
+                            CHUNK, VEC, ALIGN)
+            if ALIGN:
+                cols, inside = _walk_edges(lo, first, end, VEC)
+                x = tl.load(x_ptr + x_start + cols, mask=inside, other=0.0).to(tl.float32)
+                y = _softmax_of(x, row_max, scale, log2_scale, FAST)
+                tl.store(out_ptr + out_start + cols, y.to(out_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def _softmax_of(x, row_max, scale, log2_scale, FAST: tl.constexpr):
+    """The second walk's y from x, the row's max and 1 / sum (FAST: as one multiply-add in the exponent)."""
+    if FAST:
+        y = tl.exp2(tl.fma(x - row_max, LOG2E, log2_scale))
+    else:
+        y = tl.exp2((x - row_max) * LOG2E) * scale
+    return y
 
 
 @triton.jit
 def _two_pass_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols, y_row, y_col, dy_row, dy_col,
                        dx_row, dx_col, n_groups, SEGMENT: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
-                       SPLITS_P2: tl.constexpr, PHASE: tl.constexpr, UNIT: tl.constexpr = 1):
+                       SPLITS_P2: tl.constexpr, PHASE: tl.constexpr, UNIT: tl.constexpr = 1, VEC: tl.constexpr = 1,
+                       ALIGN: tl.constexpr = False):
     """_two_pass_forward's layout for dx = y * (dy - sum(y * dy)): the first walk sums y * dy, the second
-    writes dx. n_cols and the row strides come divided by UNIT (_unit)."""
+    writes dx. n_cols and the row strides come divided by UNIT (_unit); ALIGN as there (y, dy and dx at the same
+    column of a vector)."""
     n_cols, y_row, dy_row, dx_row = n_cols * UNIT, y_row * UNIT, dy_row * UNIT, dx_row * UNIT
     group, part_index, first, end = _segment(n_cols, SEGMENT, SPLITS, False)
-    offsets = tl.arange(0, CHUNK)
     splits = tl.arange(0, SPLITS_P2)
     for row in range(group, n_rows, n_groups):
         r = tl.cast(row, tl.int64)
+        y_start, dy_start, dx_start = r * y_row, r * dy_row, r * dx_row
+        lo = _walk_start(y_start, first, VEC, ALIGN)
         part = part_ptr + r * SPLITS
         if PHASE != 2:
             acc = tl.zeros([CHUNK], tl.float32)
-            for start in range(first, end, CHUNK):
-                cols = start + offsets
-                y = tl.load(y_ptr + r * y_row + cols * y_col, mask=cols < end, other=0.0,
-                            eviction_policy="evict_last").to(tl.float32)
-                dy = tl.load(dy_ptr + r * dy_row + cols * dy_col, mask=cols < end, other=0.0,
-                             eviction_policy="evict_last").to(tl.float32)
+            for start in range(lo, end, CHUNK):
+                y = _walk_load(y_ptr, y_start, start, first, end, y_col, 0.0, False, "evict_last", CHUNK, VEC, ALIGN)
+                dy = _walk_load(dy_ptr, dy_start, start, first, end, dy_col, 0.0, False, "evict_last", CHUNK, VEC,
+                                ALIGN)
                 acc += y * dy
             dot = tl.sum(acc, axis=0)
             if SPLITS > 1:
@@ -647,14 +718,17 @@ def _two_pass_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_c
                 if PHASE == 0:
                     _wait(counter_ptr + row, SPLITS)
                 dot = tl.sum(tl.load(part + splits, mask=splits < SPLITS, other=0.0, volatile=True), axis=0)
-            for start in range(first, end, CHUNK):
-                cols = start + offsets
-                y = tl.load(y_ptr + r * y_row + cols * y_col, mask=cols < end, other=0.0,
-                            eviction_policy="evict_first").to(tl.float32)
-                dy = tl.load(dy_ptr + r * dy_row + cols * dy_col, mask=cols < end, other=0.0,
-                             eviction_policy="evict_first").to(tl.float32)
-                tl.store(dx_ptr + r * dx_row + cols * dx_col, (y * (dy - dot)).to(dx_ptr.dtype.element_ty),
-                         mask=cols < end)
+            for start in range(lo, end, CHUNK):
+                y = _walk_load(y_ptr, y_start, start, first, end, y_col, 0.0, False, "evict_first", CHUNK, VEC, ALIGN)
+                dy = _walk_load(dy_ptr, dy_start, start, first, end, dy_col, 0.0, False, "evict_first", CHUNK, VEC,
+                                ALIGN)
+                _walk_store(dx_ptr, dx_start, start, first, end, dx_col, (y * (dy - dot)).to(dx_ptr.dtype.element_ty),
+                            False, CHUNK, VEC, ALIGN)
+            if ALIGN:
+                cols, inside = _walk_edges(lo, first, end, VEC)
+                y = tl.load(y_ptr + y_start + cols, mask=inside, other=0.0).to(tl.float32)
+                dy = tl.load(dy_ptr + dy_start + cols, mask=inside, other=0.0).to(tl.float32)
+                tl.store(dx_ptr + dx_start + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=inside)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -673,6 +747,7 @@ class Settings:
     prefetch: bool = False  # the forward's rows path: a program per SM, each loading its next tile early
     ahead: bool = False  # the backward's split path runs a row ahead (_split_backward's AHEAD)
     packed: bool = False  # the split path holds 16-bit rows in pairs (PACKED), where the rows allow it (_in_words)
+    align: bool = False  # the two-pass path walks rows from their 16-byte boundaries (ALIGN), where they allow it
 
 
 MAX_COLS = 2**31 - 2**16  # column offsets are 32-bit in every path, a chunk (<= 32768) past the last column included
@@ -681,12 +756,15 @@ MAX_COLS = 2**31 - 2**16  # column offsets are 32-bit in every path, a chunk (<=
 def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, bf16: bool = False,
                     tile: int | None = None, row_limit: int | None = None, chunk: int | None = None,
                     warps: int | None = None, segment: int | None = None, reload: bool | None = None,
-                    prefetch: bool | None = None, ahead: bool | None = None, packed: bool | None = None) -> Settings:
+                    prefetch: bool | None = None, ahead: bool | None = None, packed: bool | None = None,
+                    align: bool | None = None) -> Settings:
     """The one place softmax's sizes are chosen (the tuned defaults above), by row width, element size,
     direction, and (bf16) whether 16-bit rows are bf16. Keyword overrides, for tuning and tests, replace a
     default each (the others stay the width's defaults): row_limit (columns) moves the rows path's end,
     segment picks the path past it (0: split, > 0: two-pass), ahead a split backward's form, packed
-    the split path's (16-bit rows only). Sizes are in elements; the forward's default tile holds TILE_BYTES of input.
+    the split path's (16-bit rows only), align the two-pass path's walk from 16-byte boundaries (rows that no
+    vector divides; _settings sees whether the rows allow it). Sizes are in elements; the forward's default tile
+    holds TILE_BYTES of input.
     Raises ValueError past MAX_COLS columns."""
     if not 1 <= n_cols <= MAX_COLS:
         raise ValueError(f"n_cols must be 1..{MAX_COLS} (column offsets are 32-bit), got {n_cols}")
@@ -716,7 +794,8 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
     packed = not segment and element_size == 2 and (form == ["packed"] if packed is None else packed)
     default_ahead = form in (["ahead"], ["packed"])
     return Settings(True, 1, 0, chunk or default_chunk, warps or default_warps, segment,
-                    ahead=split_backward and (default_ahead if ahead is None else ahead), packed=packed)
+                    ahead=split_backward and (default_ahead if ahead is None else ahead), packed=packed,
+                    align=bool(segment and align))
 
 
 @functools.lru_cache(maxsize=None)
@@ -822,7 +901,17 @@ def _settings(n_cols: int, tensors: tuple, backward: bool, overrides: dict) -> S
     cfg = launch_settings(n_cols, size, backward, bf16=bf16, **overrides)
     if cfg.packed and not (cfg.chunk > 1 and all(_in_words(t) for t in tensors)):
         cfg = launch_settings(n_cols, size, backward, bf16=bf16, **dict(overrides, packed=False))
+    if cfg.align and not _alike(tensors):
+        cfg = dataclasses.replace(cfg, align=False)
     return cfg
+
+
+def _alike(tensors: tuple) -> bool:
+    """Whether the tensors' rows meet their 16-byte boundaries at the same columns (the ALIGN walk): each starts
+    at one, with unit column strides and row strides alike modulo a 16-byte vector."""
+    vector = 16 // tensors[0].element_size()
+    return all(t.data_ptr() % 16 == 0 and t.stride(1) == 1 and t.stride(0) % vector == tensors[0].stride(0) % vector
+               for t in tensors)
 
 
 def _words(cfg: Settings, *tensors: torch.Tensor) -> tuple:
@@ -892,13 +981,15 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
     if cfg.split:
         cfg, t = _words(cfg, out, x)
         unit = _unit(t[1].shape[1], *t)
-        lanes = _lanes(cfg, x.element_size(), unit)
-        form = (dict(FAST=out.element_size() <= 2, VEC=min(_vector(cfg, x.element_size(), unit), lanes)) if cfg.segment
-                else dict(PACKED=_pairs(cfg, x)))
+        reach = 16 if cfg.align else unit  # the adjacent columns a thread can load at once (_vector)
+        lanes = _lanes(cfg, x.element_size(), reach)
+        form = (dict(FAST=out.element_size() <= 2, VEC=min(_vector(cfg, x.element_size(), reach), lanes),
+                     ALIGN=cfg.align) if cfg.segment else dict(PACKED=_pairs(cfg, x)))
         _split_launch(_two_pass_forward if cfg.segment else _split_forward,
                       dict(out_ptr=t[0], x_ptr=t[1],
                            **dict(zip(("x_row", "x_col", "out_row", "out_col"), _strides(unit, t[1], t[0])))),
-                      n_rows, t[1].shape[1], cfg, 2, EVEN=_covers(t[1].shape[1], cfg), LANES=lanes, UNIT=unit, **form)
+                      n_rows, t[1].shape[1], cfg, 2, EVEN=_covers(t[1].shape[1], cfg) and not cfg.align, LANES=lanes,
+                      UNIT=unit, **form)
     else:
         programs = triton.cdiv(n_rows, cfg.block_m)
         if cfg.prefetch:
@@ -917,7 +1008,7 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
     if not (n_rows and n_cols):
         return dx
     y, dy = (t if _columns_fit(t) else t.contiguous() for t in (y, dy))
-    cfg = _settings(n_cols, (y, dy), True, overrides)  # dx is contiguous and as wide
+    cfg = _settings(n_cols, (y, dy, dx), True, overrides)
     if cfg.split:
         cfg, t = _words(cfg, dx, y, dy)
         unit = _unit(t[1].shape[1], *t)
@@ -926,7 +1017,8 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
                            **dict(zip(("y_row", "y_col", "dy_row", "dy_col", "dx_row", "dx_col"),
                                       _strides(unit, t[1], t[2], t[0])))),
                       n_rows, t[1].shape[1], cfg, 1, UNIT=unit,
-                      **({} if cfg.segment else dict(AHEAD=cfg.ahead, PACKED=_pairs(cfg, y))))
+                      **(dict(VEC=_vector(cfg, y.element_size(), 16), ALIGN=True) if cfg.align
+                         else {} if cfg.segment else dict(AHEAD=cfg.ahead, PACKED=_pairs(cfg, y))))
     else:
         even = n_cols == cfg.block_n and n_rows % cfg.block_m == 0
         unit = _unit(n_cols, y, dy, dx)

@@ -168,11 +168,12 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
         vector = sm._vector(launched, size, 16)  # rows 16-byte aligned: a thread's whole 16-byte vector
         if backward and not cfg.segment:
             forms = [dict(AHEAD=ahead, PACKED=p) for ahead in (False, True) for p in pairs]
-        elif backward:
-            forms = [{}]
+        elif backward:  # rows walked from their 16-byte boundaries too (ALIGN: a width of units of 1, say)
+            forms = [dict(ALIGN=align, VEC=vector, UNIT=1 if align else vector) for align in (False, True)]
         elif cfg.segment:
-            forms = [dict(EVEN=even, FAST=size == 2, LANES=sm._lanes(launched, size, vector), VEC=vector)
-                     for even in (False, True)]
+            forms = [dict(EVEN=even, FAST=size == 2, LANES=sm._lanes(launched, size, vector), VEC=vector, ALIGN=False)
+                     for even in (False, True)] + [dict(EVEN=False, FAST=size == 2, LANES=sm._lanes(launched, size, 16),
+                                                        VEC=vector, ALIGN=True, UNIT=1)]
         else:
             forms = [dict(EVEN=even, PACKED=p, LANES=sm._lanes(launched, size, vector)) for even in (False, True) for p in pairs]
         splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)
@@ -185,6 +186,7 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
             requests[f"entry {entry}: {kernel} {elt} {n_cols} {form}"] = dict(
                 module="kernels._softmax", kernel=kernel, arg_types=types, constexprs=dict(consts, **form),
                 num_warps=cfg.num_warps, num_stages=3)  # Triton's default, as _split_launch leaves it
-    assert len(requests) == sum((1 if d == "backward" and sizes[0] else 2) * (2 if sizes[3:] == ("packed",) else 1)
+    forms_of = {("forward", "split"): 2, ("forward", "two-pass"): 3, ("backward", "split"): 2, ("backward", "two-pass"): 2}
+    assert len(requests) == sum(forms_of[d, "two-pass" if sizes[0] else "split"] * (2 if sizes[3:] == ("packed",) else 1)
                                 for d, _, _, sizes in sm.WIDE)
     assert_all_fit(requests)

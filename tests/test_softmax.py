@@ -92,7 +92,10 @@ PATHS = {"rows": dict(tile=256, row_limit=1024, chunk=64),
          # a chunk per row: the one-launch form (rows published a row ahead, counters) in the interpreter too
          "split, one chunk per row": dict(tile=256, row_limit=16, chunk=1024, segment=0),
          "two-pass": dict(row_limit=16, chunk=32, segment=64),  # several programs per row
-         "two-pass, a program per row": dict(row_limit=16, chunk=32, segment=2**20)}
+         "two-pass, a program per row": dict(row_limit=16, chunk=32, segment=2**20),
+         # walked from the rows' 16-byte boundaries in whole vectors, where the rows allow it (_alike)
+         "two-pass, aligned walk": dict(row_limit=16, chunk=32, segment=64, align=True),
+         "two-pass, a program per row, aligned walk": dict(row_limit=16, chunk=32, segment=2**20, align=True)}
 FORWARD_PATHS = {**PATHS, "rows, default tile": dict(row_limit=1024),
                  # one warp: lanes of 128 (fp32) or 256 (16-bit) columns, several columns each (_publish, and the
                  # two-pass first walk's per-thread partials)
@@ -182,6 +185,22 @@ def test_no_path_reads_or_writes_outside_its_rows(shape, path):
     outside = torch.ones_like(out_buffer, dtype=torch.bool)
     outside[:n_rows, :n_cols] = False
     assert out_buffer[outside].eq(7.0).all()
+
+
+def test_the_aligned_walk_is_taken_where_the_rows_allow_it():
+    """The tests above run the aligned walk: rows of 17 or 129 columns, contiguous or windows of wider rows,
+    meet 16-byte boundaries at the same column in x and the output. Not where a start is off a boundary, the
+    tensors' rows meet them at different columns, or columns are apart."""
+    def empty(*shape):
+        return torch.empty(*shape, device=DEVICE)
+
+    wide = empty(4, 140)
+    for x, out, aligned in [(empty(3, 17), empty(3, 17), True),
+                            (wide[:, :129], wide[:, 4:133], True),  # 16 bytes on: the same columns
+                            (wide[:, :129], wide[:, 1:130], False),  # 4 bytes on
+                            (empty(3, 17), empty(3, 20)[:, :17], False),  # rows 17 and 20 apart
+                            (empty(17, 3).t(), empty(3, 17), False)]:
+        assert sm._settings(x.shape[1], (x, out), False, PATHS["two-pass, aligned walk"]).align == aligned
 
 
 def test_the_unmasked_forms_are_taken_where_the_chunks_cover_the_rows():
