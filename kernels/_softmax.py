@@ -116,6 +116,31 @@ WIDE = (
     ("backward", 2, None, (0, 8192, 4)),  # 16-bit rows that do not pack: a row at a time (see above)
 )
 
+# Rows that no 16-byte vector divides (1001 or 50257 columns: a unit below a vector, _unit) load a column at a
+# time wherever Triton cannot see them aligned. Where x and the output (y, dy and dx) meet 16-byte boundaries
+# at the same columns (_alike), such rows take the two-pass path walked from those boundaries in whole vectors
+# (ALIGN): (direction, element size, widest row in columns or None, (segment, chunk, warps) or None), the first
+# entry that matches; None keeps the aligned rows' defaults, segment None is one segment a row. Chosen on an H100
+# 80GB HBM3 (fractions of copy, the entry's sizes against the defaults, at rows of 4001 .. 1000003 columns):
+UNALIGNED = (
+    ("forward", 4, 32768, None),  # the rows path: 0.95-1.01 at 4001-32001 columns
+    ("forward", 4, 65536, (None, 32768, 32)),  # 0.89 against 0.76 at 50257
+    # the split path, 0.81 / 0.64 / 0.65 at 100003 / 151937 / 1000003 (ALIGN 0.68 / 0.63 / 0.64)
+    ("forward", 4, None, None),
+    ("forward", 2, 16384, None),  # the rows path: 0.98 / 0.87 / 0.87 at 4001 / 8001 / 16001
+    ("forward", 2, 65536, (None, 8192, 8)),  # 0.86 / 0.72 against 0.50 / 0.55 at 32001 / 50257
+    # 0.79 / 0.76 / 0.49 against 0.59 / 0.23 / 0.29 at 100003 / 151937 / 1000003
+    ("forward", 2, None, (None, 32768, 32)),
+    # fp32 backward: the defaults (ALIGN ahead only at 32001, 0.83 against 0.75, where the unaligned two-pass
+    # backward of 16384 x 32 warps reached 0.94; within 0.05 or behind elsewhere)
+    ("backward", 4, None, None),
+    ("backward", 2, 2048, None),  # the rows path (0.92 at 1001)
+    ("backward", 2, 16384, (None, 4096, 8)),  # 0.94 / 1.00 / 0.97 against 0.48 / 0.92 / 0.62 at 4001 / 8001 / 16001
+    ("backward", 2, 65536, (None, 16384, 32)),  # 0.83 / 0.77 against 0.59 / 0.73 at 32001 / 50257
+    # 0.69 / 0.70 / 0.71 against 0.34 / 0.30 / 0.36 at 100003 / 151937 / 1000003
+    ("backward", 2, None, (65536, 16384, 32)),
+)
+
 
 # ---------------------------------------------------------------------------------------------------------
 # The writeup's kernel, as written
@@ -894,10 +919,19 @@ def _in_words(t: torch.Tensor) -> bool:
 
 
 def _settings(n_cols: int, tensors: tuple, backward: bool, overrides: dict) -> Settings:
-    """launch_settings for these tensors' rows; rows that a packed entry cannot see as words (_in_words) get
+    """launch_settings for these tensors' rows; rows that no 16-byte vector divides, UNALIGNED's (with no
+    overrides); rows that a packed entry cannot see as words (_in_words) get
     the entry for rows that do not pack (unpacked, a packed entry's sizes would hold 16-bit chunks in an fp32's
     registers and spill: the backward at 8192 x 4 warps a row ahead, 0.62 of copy on an H100)."""
     size, bf16 = tensors[0].element_size(), tensors[0].dtype == torch.bfloat16
+    if not overrides and _unit(n_cols, *tensors) < 16 // size and _alike(tensors):
+        direction = "backward" if backward else "forward"
+        sizes = next(sizes for d, es, widest, sizes in UNALIGNED if d == direction and es == min(size, 4)
+                     and (widest is None or n_cols <= widest))
+        if sizes:
+            segment, chunk, warps = sizes
+            return launch_settings(n_cols, size, backward, bf16=bf16, row_limit=1, chunk=chunk, warps=warps,
+                                   segment=segment or triton.next_power_of_2(n_cols), align=True)
     cfg = launch_settings(n_cols, size, backward, bf16=bf16, **overrides)
     if cfg.packed and not (cfg.chunk > 1 and all(_in_words(t) for t in tensors)):
         cfg = launch_settings(n_cols, size, backward, bf16=bf16, **dict(overrides, packed=False))

@@ -203,6 +203,20 @@ def test_the_aligned_walk_is_taken_where_the_rows_allow_it():
         assert sm._settings(x.shape[1], (x, out), False, PATHS["two-pass, aligned walk"]).align == aligned
 
 
+@pytest.mark.parametrize(("n_cols", "backward", "aligned"), [
+    (4001, True, True), (4000, True, False), (1001, True, False), (20001, False, True), (16001, False, False)])
+def test_rows_no_vector_divides_take_the_aligned_walk_by_default(n_cols, backward, aligned):
+    """fp16 rows of 4001 columns (backward) or 20001 (forward) walk from their 16-byte boundaries (UNALIGNED);
+    4000 columns (a multiple of the vector) and narrower rows keep the defaults. Through the public API, right."""
+    x = randn(3, n_cols, dtype=torch.float16, seed=7)
+    y = softmax(x)
+    torch.testing.assert_close(y.float(), softmax_ref(x).float(), atol=softmax_atol(torch.float16), rtol=0)
+    dy = randn(3, n_cols, dtype=torch.float16, seed=8)
+    want = torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)
+    torch.testing.assert_close(softmax_backward(y, dy).float(), want, atol=4 * softmax_atol(torch.float16), rtol=0)
+    assert sm._settings(n_cols, (x, y, y) if backward else (x, y), backward, {}).align == aligned
+
+
 def test_the_unmasked_forms_are_taken_where_the_chunks_cover_the_rows():
     """The test above is about something: EVEN holds for 128 columns in every split and two-pass form
     there, and not for 130; so too for the packed forward's words at 128 and 256 columns, not at 150."""
