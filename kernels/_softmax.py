@@ -575,7 +575,9 @@ def _walk_load(ptr, row_start, start, first, end, col_stride, other, EVEN: tl.co
     """Columns [start, start + CHUNK) of a row as fp32, `other` outside [first, end). ALIGN (start at a 16-byte
     boundary, _walk_start; unit column strides): loaded in whole 16-byte vectors, those that reach into [first, end)
     (their columns outside it read from the same 16 bytes, never past them, then replaced), since Triton
-    loads a row it cannot see aligned, or masked element by element, one column at a time."""
+    loads a row it cannot see aligned, or masked element by element, one column at a time. The last row's last
+    vector may so read up to 15 bytes past the tensor's end: within the 16-byte block of its last element, which
+    no GPU page or allocation boundary splits (a memory checker on an exact-size allocation may report it)."""
     if ALIGN:
         vectors = tl.arange(0, CHUNK // VEC)[:, None] * VEC
         offsets = vectors + tl.arange(0, VEC)[None, :]
@@ -593,11 +595,12 @@ def _walk_load(ptr, row_start, start, first, end, col_stride, other, EVEN: tl.co
 def _walk_store(ptr, row_start, start, first, end, col_stride, value, EVEN: tl.constexpr, CHUNK: tl.constexpr,
                 VEC: tl.constexpr, ALIGN: tl.constexpr):
     """_walk_load's columns stored from `value` ([CHUNK]) within [first, end). ALIGN: the 16-byte vectors wholly
-    inside it only (a masked column would store a column at a time); _walk_edges stores the rest."""
+    inside it but the walk's first and last (a masked column would store a column at a time); _walk_edges
+    stores those two after the walk, from x as it was (in place, out is x: the walk must not have written them)."""
     if ALIGN:
         vectors = tl.arange(0, CHUNK // VEC)[:, None] * VEC
         base = (row_start + start) // VEC * VEC
-        whole = (start + vectors >= first) & (start + vectors + VEC <= end)
+        whole = (start + vectors > first) & (start + vectors + VEC < end)  # first vector <= first, last's end >= end
         tl.store(ptr + base + vectors + tl.arange(0, VEC)[None, :], tl.reshape(value, [CHUNK // VEC, VEC]), mask=whole)
     else:
         cols = start + tl.arange(0, CHUNK)
@@ -606,9 +609,9 @@ def _walk_store(ptr, row_start, start, first, end, col_stride, value, EVEN: tl.c
 
 @triton.jit
 def _walk_edges(start, first, end, VEC: tl.constexpr):
-    """The columns of the two 16-byte vectors at the ends of an ALIGN walk from `start` that reach past
-    [first, end) (_walk_store leaves them), as [2, VEC], and which of them are in [first, end) (a short row's
-    ends may be one vector: it is stored twice, the same values)."""
+    """The columns of the two 16-byte vectors at the ends of an ALIGN walk from `start` over [first, end)
+    (_walk_store leaves them), as [2, VEC], and which of them are in [first, end) (a short row's ends may be one
+    vector: it is stored twice, the same values)."""
     last = start + (end - 1 - start) // VEC * VEC
     cols = tl.where(tl.arange(0, 2)[:, None] == 0, start, last) + tl.arange(0, VEC)[None, :]
     return cols, (cols >= first) & (cols < end)
@@ -1051,7 +1054,7 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, **overrides) -> torch.Tensor:
                            **dict(zip(("y_row", "y_col", "dy_row", "dy_col", "dx_row", "dx_col"),
                                       _strides(unit, t[1], t[2], t[0])))),
                       n_rows, t[1].shape[1], cfg, 1, UNIT=unit,
-                      **(dict(VEC=_vector(cfg, y.element_size(), 16), ALIGN=True) if cfg.align
+                      **(dict(VEC=min(_vector(cfg, y.element_size(), 16), cfg.chunk), ALIGN=True) if cfg.align
                          else {} if cfg.segment else dict(AHEAD=cfg.ahead, PACKED=_pairs(cfg, y))))
     else:
         even = n_cols == cfg.block_n and n_rows % cfg.block_m == 0

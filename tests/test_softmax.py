@@ -137,6 +137,27 @@ def test_every_path_any_width(shape, dtype, path):
 
 
 @pytest.mark.parametrize("path", FORWARD_PATHS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("shape", [(1, 8), (3, 17), (2, 100)])
+def test_every_path_in_place(shape, dtype, path):
+    """out is x: each path reads a column before it writes it (the aligned walk stores its end vectors after the
+    walk, from x as it was: rows of one vector, rows whose ends are whole vectors, rows whose ends are not)."""
+    x = randn(*shape, dtype=dtype, seed=11)
+    want = softmax_ref(x).float()
+    torch.testing.assert_close(sm._forward(x, x, **FORWARD_PATHS[path]).float(), want, atol=softmax_atol(dtype), rtol=0)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 4])
+def test_the_aligned_backward_with_chunks_smaller_than_a_vector(chunk):
+    """A chunk of fewer columns than a 16-byte vector: the walk's vector is the chunk (as the forward's is)."""
+    y = softmax_ref(randn(3, 37, dtype=torch.float16, seed=2))
+    dy = randn(3, 37, dtype=torch.float16, seed=3)
+    want = torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)
+    got = sm._backward(y, dy, row_limit=1, segment=64, chunk=chunk, warps=1, align=True)
+    torch.testing.assert_close(got.float(), want, atol=4 * softmax_atol(torch.float16), rtol=0)
+
+
+@pytest.mark.parametrize("path", FORWARD_PATHS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])  # 16-bit outputs: the two-pass path's FAST form
 def test_every_path_strided_and_minus_inf(path, dtype):
     x = randn(12, 900, dtype=dtype)[::3, ::4]  # row stride 2700, column stride 4
