@@ -28,7 +28,9 @@ backward for autograd:
 - wider rows, two-pass: a program walks its row, or its segment of a row, twice in chunks: the max and the
   sum of exp first, then the output. The first walk asks L2 to keep the lines, so that while the segments
   of the resident programs fit there the second read comes from L2 and memory still sees one read and one
-  write. Segments of one row meet at the row's counter between the walks, as on the split path.
+  write. Segments of one row meet at the row's counter between the walks, as on the split path. Rows that no
+  16-byte vector divides (UNALIGNED), which Triton would load a column at a time, are walked from each row's
+  16-byte boundary in whole vectors instead (ALIGN).
 """
 from __future__ import annotations
 
