@@ -123,7 +123,8 @@ WIDE = (
 # at the same columns (_alike), such rows take the two-pass path walked from those boundaries in whole vectors
 # (ALIGN): (direction, element size, widest row in columns or None, (segment, chunk, warps) or None), the first
 # entry that matches; None keeps the aligned rows' defaults, segment None is one segment a row. Chosen on an H100
-# 80GB HBM3 (fractions of copy, the entry's sizes against the defaults, at rows of 4001 .. 1000003 columns):
+# 80GB HBM3 (workflow/scripts/bench_softmax_unaligned.py; fractions of copy, the entry's sizes against the
+# defaults, at rows of 4001 .. 1000003 columns):
 UNALIGNED = (
     ("forward", 4, 32768, None),  # the rows path: 0.95-1.01 at 4001-32001 columns
     ("forward", 4, 65536, (None, 32768, 32)),  # 0.89 against 0.76 at 50257

@@ -1,0 +1,100 @@
+"""Softmax rows that no 16-byte vector divides (GPU only; not part of the pipeline): the aligned two-pass walk
+(ALIGN) at several sizes against the unaligned two-pass forms, the public defaults and torch.
+
+    PYTHONPATH=.:workflow python workflow/scripts/bench_softmax_unaligned.py out.csv [--widths 50257,151937]
+    PYTHONPATH=.:workflow python workflow/scripts/bench_softmax_unaligned.py --check    # the CPU, Triton's interpreter
+
+Rows of 4001 or 50257 columns (contiguous: every row but one in a vector's starts off a 16-byte boundary) are
+rows Triton cannot see aligned, so it loads and stores them a column at a time. The aligned walk starts each
+row's walk at the 16-byte boundary at or before its first column and loads whole vectors (kernels/_softmax.py,
+_walk_load); its sizes by width are the UNALIGNED table there, chosen from this script's runs.
+
+Measured on an H100 80GB HBM3 with an earlier form of this script (the same kernels and sizes, the defaults
+through kernels._softmax._forward / _backward; triton 3.6, do_bench medians, fractions of a copy of the same
+tensor, 2^28 bytes per input, every result checked), the defaults of the time (before the UNALIGNED table)
+against the aligned walk:
+- bf16 forward 16001 / 32001 / 50257 / 100003 / 151937 / 1000003 columns: defaults 0.872 / 0.500 / 0.550 /
+  0.591 / 0.231 / 0.293; aligned, one segment a row, 8192 x 8 warps 0.895 / 0.863 / 0.719 / 0.611 / 0.568 /
+  0.421, 32768 x 32 0.425 / 0.765 / 0.711 / 0.790 / 0.763 / 0.487; segments of 65536 (32768 x 32) 0.507 at
+  1000003; the unaligned two-pass of 32768 x 32 0.430 / 0.630 / 0.608 / 0.594 / 0.493 / 0.287; torch 0.38-0.70.
+- bf16 backward 4001 / 8001 / 16001 / 32001 / 50257 / 100003 / 151937 / 1000003: defaults 0.475 / 0.924 / 0.616 /
+  0.594 / 0.734 / 0.335 / 0.298 / 0.362; aligned 4096 x 8 0.939 / 1.000 / 0.966 / 0.718 / 0.646 / 0.583 / 0.545 /
+  0.464, 16384 x 32 0.277 / 0.503 / 0.869 / 0.830 / 0.772 / 0.686 / 0.641 / 0.482, segments of 65536 (16384 x 32)
+  0.691 / 0.695 / 0.708 at 100003 / 151937 / 1000003; torch 0.38-0.45.
+- fp32 forward: the defaults ahead or level (rows path 0.95-1.01 to 32001; split path 0.81 / 0.64 / 0.65 at
+  100003 / 151937 / 1000003 against aligned 0.68 / 0.63 / 0.64) but at 50257 (two-pass): aligned 32768 x 32
+  0.891 against 0.759.
+- fp32 backward: the defaults ahead or level everywhere but 32001 (0.754), where the aligned 8192 x 16 reached
+  0.827 and the unaligned two-pass of 16384 x 32 0.943 (not understood: kept as the defaults).
+"""
+from __future__ import annotations
+
+import torch
+
+import kernels._softmax as sm  # first: it chooses the backend before triton is imported
+from kernels import softmax, softmax_backward
+from softmax_bench_rows import copy_gbps, main as bench_main, timed
+
+BYTES = 2**28
+ONE_SEGMENT = 2**21  # wider than any row timed here: one segment a row
+SIZES = {"forward": [(ONE_SEGMENT, 8192, 8), (ONE_SEGMENT, 16384, 16), (ONE_SEGMENT, 32768, 32), (65536, 32768, 32)],
+         "backward": [(ONE_SEGMENT, 4096, 8), (ONE_SEGMENT, 8192, 16), (ONE_SEGMENT, 16384, 32), (65536, 16384, 32)]}
+
+
+def run(direction: str, tensors: tuple, segment: int, chunk: int, warps: int, align: bool) -> torch.Tensor:
+    sizes = dict(row_limit=1, segment=segment, chunk=chunk, warps=warps, align=align)
+    if direction == "forward":
+        return sm._forward(tensors[0], torch.empty_like(tensors[0]), **sizes)
+    return sm._backward(*tensors, **sizes)
+
+
+def check() -> None:
+    """The aligned walk against torch in the interpreter, fp32 and fp16, both directions: rows shorter than a
+    vector and longer, one and several segments, chunks smaller than a vector; the walk taken every time."""
+    for dtype in (torch.float32, torch.float16):
+        for n_rows, n_cols in ((3, 5), (5, 97), (4, 130)):
+            x = torch.randn(n_rows, n_cols).to(dtype)
+            y = torch.softmax(x.float(), -1).to(dtype)
+            dy = torch.randn(n_rows, n_cols).to(dtype)
+            want = {"forward": torch.softmax(x.float(), -1),
+                    "backward": torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)}
+            tol = 1e-6 if dtype == torch.float32 else 2e-3
+            for direction, tensors in (("forward", (x,)), ("backward", (y, dy))):
+                for segment, chunk in ((ONE_SEGMENT, 64), (64, 32), (32, 2)):
+                    assert sm._settings(n_cols, tensors * 2, direction == "backward", dict(
+                        row_limit=1, segment=segment, chunk=chunk, align=True)).align
+                    got = run(direction, tensors, segment, chunk, 1, True).float()
+                    torch.testing.assert_close(got, want[direction], atol=tol, rtol=0)
+    print("interpreter check passed")
+
+
+def measure(widths: list[int]) -> list[dict]:
+    rows = []
+    for dtype in (torch.bfloat16, torch.float32):
+        for n in widths:
+            m = max(1, BYTES // (n * dtype.itemsize))
+            x = torch.randn(m, n, device="cuda", dtype=dtype)
+            y = torch.softmax(x.float(), -1)
+            dy = torch.randn_like(x)
+            want = {"forward": y, "backward": torch._softmax_backward_data(dy.float(), y, -1, torch.float32)}
+            y = y.to(dtype)
+            copy_rate = copy_gbps(x)
+            for direction, tensors in (("forward", (x,)), ("backward", (y, dy))):
+                runs = {"public": (lambda: softmax(x)) if direction == "forward" else (lambda: softmax_backward(y, dy)),
+                        "torch": (lambda: torch.softmax(x, -1)) if direction == "forward"
+                        else (lambda: torch._softmax_backward_data(dy, y, -1, dtype))}
+                for segment, chunk, warps in SIZES[direction]:
+                    where = "row" if segment == ONE_SEGMENT else f"segments of {segment}"
+                    for align in (True, False):
+                        runs[f"{'aligned' if align else 'unaligned'} {where} {chunk}/w{warps}"] = (
+                            lambda d=direction, t=tensors, s=(segment, chunk, warps), a=align: run(d, t, *s, a))
+                moved = (2 if direction == "forward" else 3) * x.numel() * dtype.itemsize
+                for label, fn in runs.items():
+                    rows.append(timed(fn, want[direction], moved, copy_rate, direction=direction, dtype=str(dtype)[6:],
+                                      n_cols=n, n_rows=m, unit=sm._unit(n, x), sizes=label))
+    return rows
+
+
+if __name__ == "__main__":
+    bench_main(__doc__, check, lambda args: measure(args.widths),
+               [4001, 8001, 16001, 32001, 50257, 100003, 151937, 1000003])
