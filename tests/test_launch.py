@@ -240,7 +240,7 @@ def test_a_thread_holds_no_more_adjacent_columns_than_triton_loads_at_once(n_col
     x = torch.empty(2 * n_cols + offset, dtype=torch.bfloat16)[offset:].view(2, n_cols)
     for segment in (0, 32768):  # the split forward (unpacked), then the two-pass forward
         sm._forward(x, torch.empty_like(x), segment=segment, packed=False, chunk=4096, warps=4)
-    (split_cfg, split), (two_pass_cfg, two_pass) = launches
+    (_, split), (_, two_pass) = launches
     assert split["LANES"] == two_pass["LANES"] == vector * 32 * 4 and two_pass["VEC"] == vector
     assert split["UNIT"] == two_pass["UNIT"] == vector
 
