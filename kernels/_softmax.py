@@ -788,17 +788,24 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
                     tile: int | None = None, row_limit: int | None = None, chunk: int | None = None,
                     warps: int | None = None, segment: int | None = None, reload: bool | None = None,
                     prefetch: bool | None = None, ahead: bool | None = None, packed: bool | None = None,
-                    align: bool | None = None) -> Settings:
+                    align: bool | None = None, unaligned: bool = False) -> Settings:
     """The one place softmax's sizes are chosen (the tuned defaults above), by row width, element size,
-    direction, and (bf16) whether 16-bit rows are bf16. Keyword overrides, for tuning and tests, replace a
-    default each (the others stay the width's defaults): row_limit (columns) moves the rows path's end,
-    segment picks the path past it (0: split, > 0: two-pass), ahead a split backward's form, packed
-    the split path's (16-bit rows only), align the two-pass path's walk from 16-byte boundaries (rows that no
-    vector divides; _settings sees whether the rows allow it). Sizes are in elements; the forward's default tile
-    holds TILE_BYTES of input.
+    direction, (bf16) whether 16-bit rows are bf16, and (unaligned) whether they are rows that no 16-byte vector
+    divides that the aligned walk can take (_settings sees the tensors): then UNALIGNED's entry, where it has
+    sizes, gives the defaults. Keyword overrides, for tuning and tests, replace a default each (the others stay
+    the width's defaults): row_limit (columns) moves the rows path's end, segment picks the path past it (0:
+    split, > 0: two-pass), ahead a split backward's form, packed the split path's (16-bit rows only), align the
+    two-pass path's walk from 16-byte boundaries. Sizes are in elements; the forward's default tile holds
+    TILE_BYTES of input.
     Raises ValueError past MAX_COLS columns."""
     if not 1 <= n_cols <= MAX_COLS:
         raise ValueError(f"n_cols must be 1..{MAX_COLS} (column offsets are 32-bit), got {n_cols}")
+    walk = unaligned and next(sizes for d, es, widest, sizes in UNALIGNED if d == ("backward" if backward else "forward")
+                              and es == min(element_size, 4) and (widest is None or n_cols <= widest))
+    if walk:  # one segment a row where the entry says None
+        row_limit, align = 1 if row_limit is None else row_limit, True if align is None else align
+        segment = (walk[0] or triton.next_power_of_2(n_cols)) if segment is None else segment
+        chunk, warps = chunk or walk[1], warps or walk[2]
     block_n = triton.next_power_of_2(n_cols)
     rows_limit = BACKWARD_ROW_LIMIT if backward else ROW_LIMIT if element_size >= 4 or bf16 else PREFETCH_FROM
     if block_n <= (row_limit or rows_limit):
@@ -925,20 +932,14 @@ def _in_words(t: torch.Tensor) -> bool:
 
 
 def _settings(n_cols: int, tensors: tuple, backward: bool, overrides: dict) -> Settings:
-    """launch_settings for these tensors' rows; rows that no 16-byte vector divides, UNALIGNED's (with no
-    overrides); rows that a packed entry cannot see as words (_in_words) get
-    the entry for rows that do not pack (unpacked, a packed entry's sizes would hold 16-bit chunks in an fp32's
-    registers and spill: the backward at 8192 x 4 warps a row ahead, 0.62 of copy on an H100)."""
+    """launch_settings for these tensors' rows: unaligned (UNALIGNED's sizes) where no 16-byte vector divides
+    them and the aligned walk can take them (_alike), with no overrides; rows that a packed entry cannot see as
+    words (_in_words) get the entry for rows that do not pack (unpacked, a packed entry's sizes would hold
+    16-bit chunks in an fp32's registers and spill: the backward at 8192 x 4 warps a row ahead, 0.62 of copy on
+    an H100)."""
     size, bf16 = tensors[0].element_size(), tensors[0].dtype == torch.bfloat16
-    if not overrides and _unit(n_cols, *tensors) < 16 // size and _alike(tensors):
-        direction = "backward" if backward else "forward"
-        sizes = next(sizes for d, es, widest, sizes in UNALIGNED if d == direction and es == min(size, 4)
-                     and (widest is None or n_cols <= widest))
-        if sizes:
-            segment, chunk, warps = sizes
-            return launch_settings(n_cols, size, backward, bf16=bf16, row_limit=1, chunk=chunk, warps=warps,
-                                   segment=segment or triton.next_power_of_2(n_cols), align=True)
-    cfg = launch_settings(n_cols, size, backward, bf16=bf16, **overrides)
+    unaligned = not overrides and _unit(n_cols, *tensors) < 16 // size and _alike(tensors)
+    cfg = launch_settings(n_cols, size, backward, bf16=bf16, unaligned=unaligned, **overrides)
     if cfg.packed and not (cfg.chunk > 1 and all(_in_words(t) for t in tensors)):
         cfg = launch_settings(n_cols, size, backward, bf16=bf16, **dict(overrides, packed=False))
     if cfg.align and not _alike(tensors):

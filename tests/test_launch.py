@@ -1,5 +1,7 @@
 """The host's launch paths, on any machine: the direct launch (kernels/_launch.py) with a stand-in kernel,
 and softmax's one place for its sizes (launch_settings), with its cap."""
+import dataclasses
+
 import pytest
 import torch
 
@@ -104,6 +106,27 @@ def test_softmax_sizes_come_from_one_place(n_cols, split):
     assert sm.launch_settings(n_cols, 4, warps=2).num_warps == 2  # an override wins
     forced = sm.launch_settings(n_cols + 1, 2, row_limit=1, segment=0)  # past a row limit of 1: the split path
     assert forced.split and forced.segment == 0
+
+
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("element_size", [2, 4])
+@pytest.mark.parametrize("n_cols", [1001, 4001, 20001, 50257, 100003, 1000003])
+def test_unaligned_rows_take_their_entry_in_the_one_place(n_cols, element_size, backward):
+    """Rows that no 16-byte vector divides (unaligned=True: the caller saw the tensors) get the first UNALIGNED
+    entry that matches: its sizes on the aligned two-pass walk (one segment a row where it says None), or, where
+    it has none, the aligned rows' defaults; an override still replaces one default."""
+    direction = "backward" if backward else "forward"
+    sizes = next(sizes for d, es, widest, sizes in sm.UNALIGNED
+                 if d == direction and es == element_size and (widest is None or n_cols <= widest))
+    cfg = sm.launch_settings(n_cols, element_size, backward, unaligned=True)
+    if sizes is None:
+        assert cfg == sm.launch_settings(n_cols, element_size, backward)
+        return
+    segment, chunk, warps = sizes
+    assert cfg.split and cfg.align and not cfg.packed
+    assert (cfg.segment, cfg.chunk, cfg.num_warps) == (segment or 1 << (n_cols - 1).bit_length(), chunk, warps)
+    assert sm.launch_settings(n_cols, element_size, backward, unaligned=True, warps=2) == dataclasses.replace(
+        cfg, num_warps=2)
 
 
 def test_softmax_rows_path_sizes():
