@@ -800,8 +800,9 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
     Raises ValueError past MAX_COLS columns."""
     if not 1 <= n_cols <= MAX_COLS:
         raise ValueError(f"n_cols must be 1..{MAX_COLS} (column offsets are 32-bit), got {n_cols}")
-    walk = unaligned and next(sizes for d, es, widest, sizes in UNALIGNED if d == ("backward" if backward else "forward")
-                              and es == min(element_size, 4) and (widest is None or n_cols <= widest))
+    direction, size = "backward" if backward else "forward", 4 if element_size >= 4 else 2  # the tables' keys
+    walk = unaligned and next(sizes for d, es, widest, sizes in UNALIGNED if d == direction and es == size
+                              and (widest is None or n_cols <= widest))
     if walk:  # one segment a row where the entry says None
         row_limit, align = 1 if row_limit is None else row_limit, True if align is None else align
         segment = (walk[0] or triton.next_power_of_2(n_cols)) if segment is None else segment
@@ -821,10 +822,9 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
         return Settings(False, block_m, block_n, 0, warps or default_warps,
                         reload=backward and (default_reload if reload is None else reload),
                         prefetch=not backward and (default_prefetch if prefetch is None else prefetch))
-    direction = "backward" if backward else "forward"
     # a "packed" entry is for rows that pack (not told otherwise, nor given a two-pass segment); others take the next
     may_pack = element_size == 2 and packed is not False and not segment
-    default = next(sizes for d, size, widest, sizes in WIDE if d == direction and size == (4 if element_size >= 4 else 2)
+    default = next(sizes for d, es, widest, sizes in WIDE if d == direction and es == size
                    and (widest is None or n_cols * element_size <= widest) and (sizes[3:] != ("packed",) or may_pack))
     default_segment, default_chunk, default_warps, *form = default
     segment = default_segment if segment is None else segment
