@@ -30,7 +30,7 @@ backward for autograd:
   of the resident programs fit there the second read comes from L2 and memory still sees one read and one
   write. Segments of one row meet at the row's counter between the walks, as on the split path. Rows that no
   16-byte vector divides (UNALIGNED), which Triton would load a column at a time, are walked from each row's
-  16-byte boundary in whole vectors instead (ALIGN).
+  16-byte boundary in whole vectors instead (ALIGN), at the widths where that is faster.
 """
 from __future__ import annotations
 
@@ -121,21 +121,30 @@ WIDE = (
 # Rows that no 16-byte vector divides (1001 or 50257 columns: a unit below a vector, _unit) load a column at a
 # time wherever Triton cannot see them aligned. Where x and the output (y, dy and dx) meet 16-byte boundaries
 # at the same columns (_alike), such rows take the two-pass path walked from those boundaries in whole vectors
-# (ALIGN): (direction, element size, widest row in columns or None, (segment, chunk, warps) or None), the first
-# entry that matches; None keeps the aligned rows' defaults, segment None is one segment a row. Chosen on an H100
-# 80GB HBM3 (workflow/scripts/bench_softmax_unaligned.py; fractions of copy, the entry's sizes against the
-# defaults, at rows of 4001 .. 1000003 columns):
+# (ALIGN): (direction, element size, widest row in columns or None, (segment, chunk, warps[, "plain"]) or None),
+# the first entry that matches; None keeps the aligned rows' defaults, segment None is one segment a row, "plain"
+# the two-pass path walked as Triton sees the rows (a column at a time, no ALIGN). Chosen on H100 80GB HBM3s
+# (workflow/scripts/bench_softmax_unaligned.py; fractions of copy, the entry's sizes against the defaults, at rows
+# of 1001 .. 1000003 columns):
 UNALIGNED = (
-    ("forward", 4, 32768, None),  # the rows path: 0.95-1.01 at 4001-32001 columns
-    ("forward", 4, 65536, (None, 32768, 32)),  # 0.89 against 0.76 at 50257
+    ("forward", 4, 16384, None),  # the rows path: 0.98-1.01 at 1001-16001 columns
+    # 0.97 / 0.98 / 0.96 against 0.86 / 0.95 (the rows path) / 0.76 (the split path, before this entry) at 24001 /
+    # 32001 / 50257 (16001: 0.79 against 0.98)
+    ("forward", 4, 65536, (None, 32768, 32)),
     # the split path, 0.81 / 0.64 / 0.65 at 100003 / 151937 / 1000003 (ALIGN 0.68 / 0.63 / 0.64)
     ("forward", 4, None, None),
     ("forward", 2, 16384, None),  # the rows path: 0.98 / 0.87 / 0.87 at 4001 / 8001 / 16001
     ("forward", 2, 65536, (None, 8192, 8)),  # 0.86 / 0.72 against 0.50 / 0.55 at 32001 / 50257
     # 0.79 / 0.76 / 0.49 against 0.59 / 0.23 / 0.29 at 100003 / 151937 / 1000003
     ("forward", 2, None, (None, 32768, 32)),
-    # fp32 backward: the defaults (ALIGN ahead only at 32001, 0.83 against 0.75, where the unaligned two-pass
-    # backward of 16384 x 32 warps reached 0.94; within 0.05 or behind elsewhere)
+    # fp32 backward: where the defaults are the rows path with one row a program that reads y and dy twice
+    # (BACKWARD_ROWS' reload, 2049-4096 and 16385-32768 columns), the plain two-pass path instead (ALIGN there at
+    # best 0.71 / 0.73 / 0.83 / 0.82); elsewhere the defaults (the rows path 0.98-1.03 at 1001 / 2001 / 6001-16001
+    # columns, where the plain two-pass made 0.47-1.02; the split path 0.55-0.66 from 50257 up, others within 0.04)
+    ("backward", 4, 2048, None),
+    ("backward", 4, 4096, (None, 4096, 8, "plain")),  # 0.97 / 1.04 against 0.69 / 0.71 at 3001 / 4001
+    ("backward", 4, 16384, None),
+    ("backward", 4, 32768, (None, 16384, 32, "plain")),  # 0.97 / 0.92-0.93 against 0.74 / 0.75 at 24001 / 32001
     ("backward", 4, None, None),
     ("backward", 2, 2048, None),  # the rows path (0.92 at 1001)
     ("backward", 2, 16384, (None, 4096, 8)),  # 0.94 / 1.00 / 0.97 against 0.48 / 0.92 / 0.62 at 4001 / 8001 / 16001
@@ -792,11 +801,11 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
     """The one place softmax's sizes are chosen (the tuned defaults above), by row width, element size,
     direction, (bf16) whether 16-bit rows are bf16, and (unaligned) whether they are rows that no 16-byte vector
     divides that the aligned walk can take (_settings sees the tensors): then UNALIGNED's entry, where it has
-    sizes, gives the defaults. Keyword overrides, for tuning and tests, replace a default each (the others stay
-    the width's defaults): row_limit (columns) moves the rows path's end, segment picks the path past it (0:
-    split, > 0: two-pass), ahead a split backward's form, packed the split path's (16-bit rows only), align the
-    two-pass path's walk from 16-byte boundaries. Sizes are in elements; the forward's default tile holds
-    TILE_BYTES of input.
+    sizes, gives the defaults (its walk aligned unless it says "plain"). Keyword overrides, for tuning and tests,
+    replace a default each (the others stay the width's defaults): row_limit (columns) moves the rows path's end,
+    segment picks the path past it (0: split, > 0: two-pass), ahead a split backward's form, packed the split
+    path's (16-bit rows only), align the two-pass path's walk from 16-byte boundaries. Sizes are in elements; the
+    forward's default tile holds TILE_BYTES of input.
     Raises ValueError past MAX_COLS columns."""
     if not 1 <= n_cols <= MAX_COLS:
         raise ValueError(f"n_cols must be 1..{MAX_COLS} (column offsets are 32-bit), got {n_cols}")
@@ -804,7 +813,8 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
     walk = unaligned and next(sizes for d, es, widest, sizes in UNALIGNED if d == direction and es == size
                               and (widest is None or n_cols <= widest))
     if walk:  # one segment a row where the entry says None
-        row_limit, align = 1 if row_limit is None else row_limit, True if align is None else align
+        row_limit = 1 if row_limit is None else row_limit
+        align = walk[3:] != ("plain",) if align is None else align
         segment = (walk[0] or triton.next_power_of_2(n_cols)) if segment is None else segment
         chunk, warps = chunk or walk[1], warps or walk[2]
     block_n = triton.next_power_of_2(n_cols)

@@ -110,11 +110,12 @@ def test_softmax_sizes_come_from_one_place(n_cols, split):
 
 @pytest.mark.parametrize("backward", [False, True])
 @pytest.mark.parametrize("element_size", [2, 4])
-@pytest.mark.parametrize("n_cols", [1001, 4001, 20001, 50257, 100003, 1000003])
+@pytest.mark.parametrize("n_cols", [1001, 2049, 4001, 20001, 32767, 50257, 100003, 1000003])
 def test_unaligned_rows_take_their_entry_in_the_one_place(n_cols, element_size, backward):
     """Rows that no 16-byte vector divides (unaligned=True: the caller saw the tensors) get the first UNALIGNED
-    entry that matches: its sizes on the aligned two-pass walk (one segment a row where it says None), or, where
-    it has none, the aligned rows' defaults; an override still replaces one default."""
+    entry that matches: its sizes on the two-pass path (one segment a row where it says None), walked from the
+    rows' 16-byte boundaries unless it says "plain", or, where it has none, the aligned rows' defaults; an
+    override still replaces one default."""
     direction = "backward" if backward else "forward"
     sizes = next(sizes for d, es, widest, sizes in sm.UNALIGNED
                  if d == direction and es == element_size and (widest is None or n_cols <= widest))
@@ -122,8 +123,8 @@ def test_unaligned_rows_take_their_entry_in_the_one_place(n_cols, element_size, 
     if sizes is None:
         assert cfg == sm.launch_settings(n_cols, element_size, backward)
         return
-    segment, chunk, warps = sizes
-    assert cfg.split and cfg.align and not cfg.packed
+    segment, chunk, warps, *form = sizes
+    assert cfg.split and cfg.align == (form != ["plain"]) and not cfg.packed
     assert (cfg.segment, cfg.chunk, cfg.num_warps) == (segment or 1 << (n_cols - 1).bit_length(), chunk, warps)
     assert sm.launch_settings(n_cols, element_size, backward, unaligned=True, warps=2) == dataclasses.replace(
         cfg, num_warps=2)

@@ -194,7 +194,8 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
 
 def test_the_aligned_walks_softmax_takes_by_default_compile():
     """Each sized entry of softmax's UNALIGNED table compiles for sm_90 as it runs: the two-pass kernel walking
-    rows from their 16-byte boundaries (ALIGN), widths and strides in units of 1, in fp32 and bf16."""
+    rows from their 16-byte boundaries (ALIGN; or a column at a time where the entry says "plain"), widths and
+    strides in units of 1, in fp32 and bf16."""
     import triton
 
     from kernels import _softmax as sm
@@ -206,18 +207,20 @@ def test_the_aligned_walks_softmax_takes_by_default_compile():
         n_cols = (widest or 2**20) - 1
         cfg = sm._settings(n_cols, (torch.empty(2, n_cols, dtype=torch.float32 if size == 4 else torch.bfloat16),) * 3,
                            direction == "backward", {})
-        assert cfg.align and (cfg.chunk, cfg.num_warps) == sizes[1:], (direction, size, widest)
-        backward, elt, vector = direction == "backward", "fp32" if size == 4 else "bf16", 16 // size
+        plain = sizes[3:] == ("plain",)
+        assert cfg.align != plain and (cfg.chunk, cfg.num_warps) == sizes[1:3], (direction, size, widest)
+        backward, elt, vector = direction == "backward", "fp32" if size == 4 else "bf16", 1 if plain else 16 // size
         tensors = ("dx_ptr", "y_ptr", "dy_ptr") if backward else ("out_ptr", "x_ptr")
         rows = ("y_row", "dy_row", "dx_row") if backward else ("x_row", "out_row")
         splits = triton.cdiv(n_cols, cfg.segment)
-        form = {} if backward else dict(EVEN=False, FAST=size == 2, LANES=sm._lanes(cfg, size, 16))
+        form = {} if backward else dict(EVEN=False, FAST=size == 2, LANES=sm._lanes(cfg, size, 16 if cfg.align else 1))
         requests[f"{direction} {elt} {n_cols}"] = dict(
             module="kernels._softmax", kernel=f"_two_pass_{direction}", num_warps=cfg.num_warps, num_stages=3,
             arg_types=dict(**dict.fromkeys(tensors, f"*{elt}"), part_ptr="*fp32", counter_ptr="*i32",
                            **dict.fromkeys(("n_rows", "n_cols", *rows, "n_groups"), "i32")),
             aligned=tensors,  # every start at a 16-byte boundary (_alike), the width and strides not
             constexprs=dict(SEGMENT=cfg.segment, CHUNK=cfg.chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits),
-                            PHASE=0, UNIT=1, VEC=vector, ALIGN=True, **{r.replace("row", "col"): 1 for r in rows}, **form))
+                            PHASE=0, UNIT=1, VEC=vector, ALIGN=cfg.align, **{r.replace("row", "col"): 1 for r in rows},
+                            **form))
     assert len(requests) == sum(1 for *_, sizes in sm.UNALIGNED if sizes)
     assert_all_fit(requests)

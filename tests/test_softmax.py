@@ -238,6 +238,19 @@ def test_rows_no_vector_divides_take_the_aligned_walk_by_default(n_cols, backwar
     assert sm._settings(n_cols, (x, y, y) if backward else (x, y), backward, {}).align == aligned
 
 
+@pytest.mark.parametrize(("n_cols", "plain"), [(3001, True), (24001, True), (2001, False), (6001, False)])
+def test_fp32_rows_no_vector_divides_take_the_plain_two_pass_backward_where_reloading_rows_is_slow(n_cols, plain):
+    """fp32 rows of 3001 or 24001 columns, whose default rows path would read y and dy twice, one row a program,
+    take the two-pass path walked a column at a time (UNALIGNED's "plain" entries), 2001 and 6001 columns the
+    rows path; right through the public API either way."""
+    y = torch.softmax(randn(3, n_cols, seed=7, scale=4.0), -1)
+    dy = randn(3, n_cols, seed=8)
+    cfg = sm._settings(n_cols, (y, dy, torch.empty_like(y)), True, {})
+    assert (cfg.split and cfg.segment > 0 and not cfg.align) == plain
+    want = torch._softmax_backward_data(dy.double(), y.double(), -1, torch.float64)
+    torch.testing.assert_close(softmax_backward(y, dy).double(), want, atol=1e-6, rtol=0)
+
+
 def test_the_unmasked_forms_are_taken_where_the_chunks_cover_the_rows():
     """The test above is about something: EVEN holds for 128 columns in every split and two-pass form
     there, and not for 130; so too for the packed forward's words at 128 and 256 columns, not at 150."""

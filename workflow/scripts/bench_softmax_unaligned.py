@@ -26,6 +26,15 @@ against the aligned walk:
   0.891 against 0.759.
 - fp32 backward: the defaults ahead or level everywhere but 32001 (0.754), where the aligned 8192 x 16 reached
   0.827 and the unaligned two-pass of 16384 x 32 0.943 (not understood: kept as the defaults).
+
+Then this script on three more H100 80GB HBM3s (triton 3.6, the UNALIGNED table of the time), at 1001 .. 1000003
+columns: the fp32 backward's defaults are slow where they are the rows path with one row a program that reads
+y and dy twice (BACKWARD_ROWS' reload): 0.69 / 0.71 at 3001 / 4001 columns (twice at 4001) and 0.74 / 0.75 at
+24001 / 32001 (twice at 32001), where the unaligned (plain) two-pass reached 0.97 / 1.04 (4096 x 8 warps) and
+0.97 / 0.92-0.93 (16384 x 32), the aligned walk at best 0.71 / 0.73 / 0.83 / 0.82; the rows path elsewhere
+0.98-1.03 (1001, 2001, 6001-16001). The fp32 forward at 24001 / 32001: the rows path 0.86 / 0.95, the aligned
+walk of 32768 x 32 0.97 / 0.98 (at 16001 0.79 against 0.98). Kept: those entries (the "plain" form for the two
+fp32 backward ranges, 2049-4096 and 16385-32768 columns; the fp32 forward's aligned entry from 16385 columns).
 """
 from __future__ import annotations
 
