@@ -27,7 +27,7 @@ against the aligned walk:
 - fp32 backward: the defaults ahead or level everywhere but 32001 (0.754), where the aligned 8192 x 16 reached
   0.827 and the unaligned two-pass of 16384 x 32 0.943 (not understood: kept as the defaults).
 
-Then this script on three more H100 80GB HBM3s (triton 3.6, the UNALIGNED table of the time), at 1001 .. 1000003
+Then this script on two more H100 80GB HBM3s (triton 3.6, the UNALIGNED table of the time), at 1001 .. 1000003
 columns: the fp32 backward's defaults are slow where they are the rows path with one row a program that reads
 y and dy twice (BACKWARD_ROWS' reload): 0.69 / 0.71 at 3001 / 4001 columns (twice at 4001) and 0.74 / 0.75 at
 24001 / 32001 (twice at 32001), where the unaligned (plain) two-pass reached 0.97 / 1.04 (4096 x 8 warps) and
