@@ -35,6 +35,12 @@ y and dy twice (BACKWARD_ROWS' reload): 0.69 / 0.71 at 3001 / 4001 columns (twic
 0.98-1.03 (1001, 2001, 6001-16001). The fp32 forward at 24001 / 32001: the rows path 0.86 / 0.95, the aligned
 walk of 32768 x 32 0.97 / 0.98 (at 16001 0.79 against 0.98). Kept: those entries (the "plain" form for the two
 fp32 backward ranges, 2049-4096 and 16385-32768 columns; the fp32 forward's aligned entry from 16385 columns).
+With those entries committed (7cda4dd), on another H100 80GB HBM3, the public path took them at the same pace
+as the overrides: fp32 backward 1.001 / 1.008 / 0.990 / 0.949 at 3001 / 4001 / 24001 / 32001 columns (overrides
+0.967 / 1.047 / 0.989 / 0.951), fp32 forward 0.972 / 0.985 at 24001 / 32001. The bf16 backward's public calls
+again ran behind the override of the same sizes where the row is one segment: 0.713 / 0.869 / 0.756 against
+0.805 / 0.945 / 0.841 at 3001 / 4001 / 24001 (at 32001, segments of 65536 both ways, 0.835 alike): the third
+run to show it; its one difference, the SEGMENT constexpr (next_pow2(n) against 2^21), gives the same bounds.
 """
 from __future__ import annotations
 
