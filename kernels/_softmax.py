@@ -791,6 +791,12 @@ class Settings:
 
 
 MAX_COLS = 2**31 - 2**16  # column offsets are 32-bit in every path, a chunk (<= 32768) past the last column included
+# The SEGMENT of a row walked as one segment (UNALIGNED's None), or the row's width rounded up to a power of two
+# where wider. Not that width below it: a SEGMENT of one or two chunks lets the compiler bound the backward's walk
+# (_segment's general bounds) to as many trips and build it apart, and the bf16 backward so built ran behind in
+# three runs on H100s: in the last 0.71 / 0.87 / 0.76 of copy against 0.81 / 0.95 / 0.84 with this at 3001 / 4001 /
+# 24001 columns (bench_softmax_unaligned.py; fp32 level both ways; the forward walks such a row as [0, n_cols))
+ONE_SEGMENT = 2**21
 
 
 def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, bf16: bool = False,
@@ -815,7 +821,7 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
     if walk:  # one segment a row where the entry says None
         row_limit = 1 if row_limit is None else row_limit
         align = walk[3:] != ("plain",) if align is None else align
-        segment = (walk[0] or triton.next_power_of_2(n_cols)) if segment is None else segment
+        segment = (walk[0] or max(ONE_SEGMENT, triton.next_power_of_2(n_cols))) if segment is None else segment
         chunk, warps = chunk or walk[1], warps or walk[2]
     block_n = triton.next_power_of_2(n_cols)
     rows_limit = BACKWARD_ROW_LIMIT if backward else ROW_LIMIT if element_size >= 4 or bf16 else PREFETCH_FROM
