@@ -40,7 +40,9 @@ as the overrides: fp32 backward 1.001 / 1.008 / 0.990 / 0.949 at 3001 / 4001 / 2
 0.967 / 1.047 / 0.989 / 0.951), fp32 forward 0.972 / 0.985 at 24001 / 32001. The bf16 backward's public calls
 again ran behind the override of the same sizes where the row is one segment: 0.713 / 0.869 / 0.756 against
 0.805 / 0.945 / 0.841 at 3001 / 4001 / 24001 (at 32001, segments of 65536 both ways, 0.835 alike): the third
-run to show it; its one difference, the SEGMENT constexpr (next_pow2(n) against 2^21), gives the same bounds.
+run to show it. Its one difference, the SEGMENT constexpr (next_pow2(n) against 2^21), gives the same bounds, but
+a SEGMENT of one or two chunks lets the compiler build the walk for that many trips (their sm_90 builds differ);
+the public path has taken 2^21 since (kernels._softmax.ONE_SEGMENT), not yet timed so on a GPU.
 """
 from __future__ import annotations
 
