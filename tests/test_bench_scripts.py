@@ -21,3 +21,17 @@ def test_bench_script_check_passes_in_the_interpreter(script):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert SCRIPTS[script] in done.stdout, done.stdout
+
+
+def test_every_script_answers_help_with_its_usage_here():
+    """A user reading a GPU script's options on a CPU machine gets its usage, not a CUDA error: each script run by
+    hand (a ``__main__`` block; not Snakemake's own, nor the modules they share) parses its arguments first."""
+    scripts = sorted(p for p in (ROOT / "workflow" / "scripts").glob("*.py") if "__main__" in p.read_text())
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'workflow'}")
+    env.pop("TRITON_INTERPRET", None)  # as a user starts them: the scripts choose the backend themselves
+    running = {p.name: subprocess.Popen([sys.executable, str(p), "--help"], env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True) for p in scripts}
+    answers = {name: (proc.wait(timeout=300), proc.stdout.read()) for name, proc in running.items()}
+    assert len(answers) >= 15
+    wrong = {name: out[-500:] for name, (rc, out) in answers.items() if rc != 0 or "usage:" not in out}
+    assert not wrong, wrong

@@ -15,8 +15,8 @@ afresh, beside cuDNN in the same process. One CSV row per measurement; the summa
 """
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 import tempfile
 
 import pandas as pd
@@ -109,4 +109,8 @@ def main(path: str, names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", help="the CSV to write")
+    parser.add_argument("settings", nargs="*", help=f"settings to time beside the default: {', '.join(SETTINGS)}")
+    args = parser.parse_args()
+    main(args.out, args.settings)

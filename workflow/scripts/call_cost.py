@@ -10,6 +10,8 @@ calls being compared take turns (lab.units.flash_attention.per_call_ms).
 """
 from __future__ import annotations
 
+import argparse
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -43,4 +45,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.parse_args()
     main()

@@ -296,8 +296,8 @@ cuDNN and the committed kernels in one process; tiles pinned; S = 4096 unless na
 """
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 
 import pandas as pd
 import torch
@@ -361,4 +361,6 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", help="the CSV to write")
+    main(parser.parse_args().out)

@@ -21,6 +21,7 @@ the tile: a limit on the pointer kernel, at 0.77-0.89 of cuDNN's forward (tune_f
 """
 from __future__ import annotations
 
+import argparse
 import re
 
 import triton
@@ -91,4 +92,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.parse_args()
     main()
