@@ -430,6 +430,13 @@ def limits(*, on_cpu=False, writeup="raised", project="ok", writeup_exact=False,
             "softmax/limits": frame(sm, origin), "flash_attention/limits": frame(fa, origin)}
 
 
+def printed_not_run_here():
+    """The project's kernels measured past 2^31 elements, the printed ones recorded as needing a GPU."""
+    gpu, cpu = limits(), limits(on_cpu=True)
+    return {k: pd.concat([gpu[k][gpu[k]["provider"] != "triton_writeup"], cpu[k][cpu[k]["provider"] == "triton_writeup"]],
+                         ignore_index=True) for k in gpu}
+
+
 # --- the cases: (claim, tables, verdict, what `measured` must say) -------------------------------------------------
 
 def case(claim_id, build, expected, *says, id):
@@ -492,7 +499,6 @@ CASES = [
          id="wrong"),
     case(5, lambda: bug({("hardcoded", N5): dict(raised="RuntimeError: boom")}), NOT_REPRODUCED, "RuntimeError: boom",
          id="raised"),
-    case(5, lambda: bug(n_cols=[n for n in SWEEP if n != N5]), NOT_REPRODUCED, "not measured", id="not-measured"),
 
     # 6: wrong at 2000, silently
     case(6, bug, REPRODUCED, f"{N6 - BLOCK} columns never written, 0 warnings", f"writeup {S[6]['writeup_max_abs_diff']:g}",
@@ -529,7 +535,6 @@ CASES = [
          "float32 max|triton - SDPA| 0.4", id="printed-wrong-at-a-writeup-shape"),
     case(9, lambda: attention_correctness(wrong=[("triton", (16, 16, 16))]), NOT_REPRODUCED,
          "within the FlashAttention error rule: False", id="wrong-at-another-shape"),
-    case(9, lambda: attention_correctness(missing=[SHAPES[0]]), NOT_REPRODUCED, id="writeup-shape-not-run"),
 
     # 10: the wall: a wrong output is 'not gracefully'; a clean exception with right outputs is graceful
     case(10, lambda: attention_wall(("float16", 64, 1024, 1025, [1024]), ("float32", 64, 512, 513)), REPRODUCED,
@@ -580,13 +585,11 @@ CASES = [
     case(13, past_wall, REPRODUCED, "every n_k up to 65537 (float16, d=64)", "fails at n_k=1025", "8/8 within the rule",
          id="past-the-wall"),
     case(13, lambda: past_wall(on_cpu=True), NEEDS_GPU, "interpreter has no shared-memory limit", id="interpreter"),
-    case(13, lambda: {**past_wall(), "flash_attention/correctness": past_wall()["flash_attention/correctness"].iloc[:0]},
-         NOT_REPRODUCED, "0/0 within the rule", id="empty-correctness-grid"),
     case(13, lambda: past_wall(lengths=(256, 1024)), NOT_REPRODUCED, "up to 1024", id="stops-before-the-wall"),
     case(13, lambda: past_wall(wrong_at=(4096,)), NOT_REPRODUCED, "at 2/3 lengths", id="wrong-past-the-wall"),
     case(13, lambda: past_wall(grid_wrong=True), NOT_REPRODUCED, "6/8 within the rule", id="grid-wrong"),
-    case(13, lambda: past_wall(walls=(("float32", 64, 512, 513),)), NOT_REPRODUCED, "fails at n_k=None",
-         id="no-wall-to-compare"),
+    case(13, lambda: past_wall(walls=(("float16", 64, 131072, None),)), NOT_REPRODUCED, "fails at n_k=None",
+         id="no-wall-in-the-sweep"),
 
     # 14: without the mask the last block reads and writes past the end
     case(14, mask_table, REPRODUCED, "24 of 24 elements past the end at size 1000", id="past-the-end"),
@@ -635,8 +638,7 @@ CASES = [
     case(18, lambda: head_dims(fixed_wrong=(80,)), NOT_REPRODUCED, "triton: wrong (outside the FlashAttention rule) at d = [80]",
          id="fix-wrong"),
     case(18, lambda: head_dims(printed_wrong=(), dims=(32, 64)), NOT_REPRODUCED, id="only-powers-of-two"),
-    case(18, lambda: head_dims(providers=("triton",)), NOT_REPRODUCED, id="printed-kernel-not-run"),
-    case(18, lambda: head_dims(on_cpu=True), NOT_REPRODUCED, "no head dim was run", id="nothing-run"),
+    case(18, lambda: head_dims(on_cpu=True), NEEDS_GPU, "no head dim was run here: 8 cases need a GPU", id="nothing-run"),
 
     # 19: the fix raises past 2^20 columns; the project's softmax is right there
     case(19, past_largest_block, REPRODUCED, "raises \"numel (2097152) exceeds", "within atol at 8/8 cases",
@@ -645,8 +647,6 @@ CASES = [
          id="widest-needs-gpu"),
     case(19, lambda: past_largest_block({("dynamic", N19): dict(raised=False)}), NOT_REPRODUCED, "ran, max |diff|",
          id="fix-runs"),
-    case(19, lambda: past_largest_block(n_cols=[n for n in SWEEP if n != N19]), NOT_REPRODUCED, "(not measured)",
-         id="fix-not-probed"),
     case(19, lambda: past_largest_block(bad=[("bfloat16", WIDE[0], "backward")]), NOT_REPRODUCED, "within atol at 7/8",
          id="project-wrong"),
     case(19, lambda: past_largest_block(gpu_only=(WIDE[0],), only=(2000, WIDE[0])), NEEDS_GPU,
@@ -662,8 +662,7 @@ CASES = [
          f"relu_dropout triton_fused at {SIZE} elements: correct", id="printed-fail-project-right"),
     case(20, lambda: limits(writeup="crashed"), REPRODUCED, "crashed: child died", id="printed-crash"),
     case(20, lambda: limits(on_cpu=True), NEEDS_GPU, "not run in the interpreter", id="interpreter"),
-    case(20, lambda: {k: v[v["provider"] != "triton_writeup"] for k, v in limits().items()}, NEEDS_GPU,
-         "the kernels as printed were not run here", id="printed-not-run"),
+    case(20, printed_not_run_here, NEEDS_GPU, "the kernels as printed were not run here", id="printed-not-run"),
     case(20, lambda: limits(writeup="ok", writeup_exact=True), NOT_REPRODUCED,
          f"vector_add triton_writeup at {SIZE} elements: correct", id="printed-right"),
     case(20, lambda: limits(writeup="ok", writeup_exact=False), REPRODUCED,
@@ -832,6 +831,124 @@ def test_settle_refuses_an_unknown_verdict(monkeypatch):
     monkeypatch.setitem(units.CHECKS, 1, units.Check(1, ("vector_add/correctness",), lambda t, s: ("x", "maybe")))
     with pytest.raises(ValueError, match="claim 1: unknown verdict 'maybe'"):
         claims.settle(CLAIMS_LIST, vector_add())
+
+
+# --- a selection the tables lack: not settled, never read as a result ------------------------------------------------
+
+def _without_printed_limits():
+    return {k: v[v["provider"] != "triton_writeup"] for k, v in limits().items()}
+
+
+LACKING = [  # (claim, tables lacking what its check selects, what the 'not settled' text must name)
+    pytest.param(5, lambda: bug(n_cols=[n for n in SWEEP if n != N5]), f"n_cols={N5}", id="5-probe-point-not-swept"),
+    pytest.param(6, lambda: {k: v[v["variant"] != "hardcoded"] for k, v in bug().items()}, "variant=hardcoded",
+                 id="6-no-hardcoded-variant"),
+    pytest.param(8, lambda: {k: v[v["metric"] != "columns_dropped"] for k, v in bug().items()}, "columns_dropped",
+                 id="8-no-columns-dropped"),
+    pytest.param(9, lambda: attention_correctness(missing=[SHAPES[0]]), "Q(5,32)/K,V(15,32)", id="9-writeup-shape-not-run"),
+    pytest.param(9, lambda: {k: v.assign(provider="") for k, v in attention_correctness().items()}, "triton_writeup",
+                 id="9-no-provider-column-values"),
+    pytest.param(10, lambda: {k: v[v["metric"] != "matches"] for k, v in
+                              attention_wall(("float16", 64, 1024, 1025)).items()}, "matches",
+                 id="10-no-matches-before-the-wall"),
+    pytest.param(13, lambda: {**past_wall(), "flash_attention/correctness": past_wall()["flash_attention/correctness"].iloc[:0]},
+                 "flash_attention/correctness", id="13-empty-correctness-grid"),
+    pytest.param(13, lambda: {k: v[v["metric"] != "matches"] if k == "flash_attention/past_wall" else v
+                              for k, v in past_wall().items()}, "flash_attention/past_wall", id="13-past-wall-without-matches"),
+    pytest.param(13, lambda: past_wall(walls=(("float32", 64, 512, 513),)), "float16", id="13-wall-not-swept-there"),
+    pytest.param(16, lambda: {k: v[v["metric"] != "diff_vs_softmax_of_written_columns"] for k, v in bug().items()},
+                 "diff_vs_softmax_of_written_columns", id="16-no-first-block-diff"),
+    pytest.param(18, lambda: head_dims(providers=("triton",)), "triton_writeup", id="18-printed-kernel-not-run"),
+    pytest.param(18, lambda: head_dims(providers=("triton_writeup",)), "besides 'triton_writeup'", id="18-fix-not-run"),
+    pytest.param(19, lambda: past_largest_block(n_cols=[n for n in SWEEP if n != N19]), f"n_cols={N19}",
+                 id="19-fix-not-probed"),
+    pytest.param(20, _without_printed_limits, "triton_writeup", id="20-printed-kernels-not-in-the-tables"),
+]
+
+
+@pytest.mark.parametrize("claim_id, build, names", LACKING)
+def test_a_selection_the_tables_lack_leaves_the_claim_not_settled_naming_it(claim_id, build, names):
+    out = claims.settle(CLAIMS_LIST, build()).set_index("id")
+    assert out.loc[claim_id, "verdict"] == NOT_SETTLED, out.loc[claim_id, "measured"]
+    assert "these tables lack what the check reads" in out.loc[claim_id, "measured"]
+    assert names in out.loc[claim_id, "measured"], out.loc[claim_id, "measured"]
+
+
+def test_needed_returns_a_selection_and_names_an_empty_one():
+    from lab.summary import needed, ok
+
+    d = vector_add()["vector_add/correctness"]
+    assert len(needed(ok(d, metric="exact_match"), "exact_match rows")) == 12
+    with pytest.raises(KeyError, match="no exact_match rows of provider x"):
+        needed(ok(d, metric="exact_match", provider="x"), "exact_match rows of provider x")
+    with pytest.raises(KeyError, match="no values"):
+        needed(pd.Series(dtype=bool), "values")
+
+
+# --- the committed runs: their reports' verdicts, and none from what their tables would lack ---------------------------
+
+COMMITTED = ("nvidia-h200", "nvidia-h100-80gb-hbm3")  # the current runs under results/, reported by these checks
+
+
+def _committed(run: str) -> dict[str, pd.DataFrame]:
+    from lab.compare import run_tables
+    from lab.table import read_each
+
+    tables, unreadable = read_each(run_tables(ROOT / "results" / run))
+    assert tables and not unreadable, unreadable
+    return tables
+
+
+def _reported(run: str) -> dict[int, str]:
+    """The verdict column of the claims table of results/<run>/report.md."""
+    section = (ROOT / "results" / run / "report.md").read_text().split("## Claims", 1)[1].split("\n## ", 1)[0]
+    cells = [[c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in section.splitlines()
+             if re.match(r"\| \d+ \| ", line)]
+    return {int(c[0]): c[4] for c in cells}
+
+
+@pytest.mark.parametrize("run", COMMITTED)
+def test_a_committed_run_settles_to_the_verdicts_its_report_records(run):
+    out = claims.settle(CLAIMS_LIST, _committed(run)).set_index("id")["verdict"].to_dict()
+    assert out == _reported(run)
+
+
+def _unknown(tables: dict, columns) -> dict:
+    """Every value of ``columns`` renamed to one no check selects; statuses (and all else) kept."""
+    return {k: d.assign(**{c: "unknown_" + d[c].astype(str) for c in columns if c in d}) for k, d in tables.items()}
+
+
+_SCRAMBLED = {}
+
+
+def _settled_unknown(run: str, columns) -> pd.DataFrame:
+    if (run, columns) not in _SCRAMBLED:
+        _SCRAMBLED[run, columns] = claims.settle(CLAIMS_LIST, _unknown(_committed(run), columns)).set_index("id")
+    return _SCRAMBLED[run, columns]
+
+
+@pytest.mark.parametrize("claim_id", sorted(CLAIMS))
+@pytest.mark.parametrize("run", COMMITTED)
+def test_no_claim_is_decided_by_providers_and_metrics_its_tables_lack(run, claim_id):
+    """A committed run's tables with every provider and metric renamed: each check's selections are empty,
+    so no claim may be reproduced, not reproduced, a nuance or false as stated. These tables ran on a GPU,
+    so 'needs a GPU' would be as wrong as a verdict: each claim is 'not settled'."""
+    out = _settled_unknown(run, ("provider", "metric")).loc[claim_id]
+    assert out["verdict"] == NOT_SETTLED, out["measured"]
+
+
+# The checks that select a value of one column (or read only rows that have it): with that column's values
+# renamed, each of them is not settled.
+SELECTS = {("metric",): sorted(CLAIMS), ("provider",): [4, 9, 12, 15, 17, 18, 20],
+           ("variant",): [5, 6, 7, 8, 14, 16, 19], ("direction",): [12, 17]}
+
+
+@pytest.mark.parametrize("columns", SELECTS, ids="-".join)
+@pytest.mark.parametrize("run", COMMITTED)
+def test_a_check_that_selects_values_a_table_lacks_is_not_settled(run, columns):
+    out = _settled_unknown(run, columns).loc[SELECTS[columns]]
+    decided = out[out["verdict"] != NOT_SETTLED]
+    assert decided.empty, decided[["verdict", "measured"]].to_string()
 
 
 # --- check_probes ---------------------------------------------------------------------------------------------------

@@ -21,6 +21,17 @@ def ok(df: pd.DataFrame, **where) -> pd.DataFrame:
     return d
 
 
+def needed(selection, what: str):
+    """``selection`` (rows a check selected, or values read from them) if it holds any, else a KeyError naming
+    ``what``, which claims.settle turns into 'not settled'. A table from an older version may lack a provider,
+    metric, variant, column or probe point a check selects; read as a result, the empty selection would settle
+    the claim ("0/0 cases"; ``.all()`` of nothing is True). Rows that could not run here (status 'needs_gpu') are
+    for the check to judge before it asks for these. ``ok`` itself stays empty-tolerant: some callers want that."""
+    if len(selection) == 0:
+        raise KeyError(f"no {what}")
+    return selection
+
+
 def median(df: pd.DataFrame, metric: str, **where) -> pd.DataFrame:
     return ok(df, metric=metric, quantile=0.5, **where)
 

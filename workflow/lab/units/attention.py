@@ -15,7 +15,7 @@ from ..claims import FALSE_POINT_HOLDS, NEEDS_GPU, NOT_REPRODUCED, NUANCE, REPRO
 from ..measure import BF16_IN_INTERPRETER, bench, is_gpu, lengths, randn, runnable, sdpa_backend_of, timing_rows
 from ..providers import FLASH, TRITON, WRITEUP
 from ..report import md_table
-from ..summary import median, ok
+from ..summary import median, needed, ok
 from ..table import needs_gpu, row
 from ..verify import attention_eps, max_abs_diff, within_fa_rule
 from . import claim, experiment, figure, section
@@ -203,9 +203,10 @@ def attention_shapes(t, s):
     printed = d[d["provider"] == WRITEUP]
     parts, good = [], True
     for n_q, n_k, dim in s["shapes"]:
-        m = ok(printed, metric="matches", n_q=n_q, n_k=n_k, d=dim)
+        m = needed(ok(printed, metric="matches", n_q=n_q, n_k=n_k, d=dim),
+                   f"matches rows of {WRITEUP!r} at Q({n_q},{dim})/K,V({n_k},{dim})")
         e = ok(printed, metric="diff_vs_sdpa", n_q=n_q, n_k=n_k, d=dim).set_index("dtype")["value"]
-        good &= len(m) > 0 and m["value"].astype(bool).all()
+        good &= m["value"].astype(bool).all()
         parts.append(f"Q({n_q},{dim})/K,V({n_k},{dim}): " + ", ".join(
             f"{dt} max|triton - SDPA| {e[dt]:.1g} ({m[m['dtype'] == dt]['dot_precision'].iloc[0]})" for dt in e.index))
     allm = bools(d, "matches")
@@ -234,7 +235,7 @@ def attention_wall(t, s):
              f"(needs {r['shared memory required (B)']} B > {r['limit (B)']} B)" for _, r in failed.iterrows()]
     parts += [f"{r['dtype']} d={r['d']}: ran every n_k up to {r['longest n_k that ran']}, no wall in the sweep"
               for _, r in w[w["first n_k that failed"].isna()].iterrows()]
-    matches = bools(d, "matches")
+    matches = needed(bools(d, "matches"), "matches rows in attention/wall (outputs before the wall)")
     wrong = ok(d, metric="matches")[~matches.values]
     measured = (f"on {d['device'].iloc[0]} with triton {d['triton'].iloc[0]}: " + "; ".join(parts)
                 + f"; outputs before the wall within the FlashAttention rule: {int(matches.sum())}/{len(matches)}")
@@ -269,9 +270,12 @@ def _padded_dims(dims) -> set[int]:
 def attention_head_dims(t, s):
     """Finding: the printed kernel (row masks only, a head-dim block of next_power_of_2(d), at least 16 for
     tl.dot) is wrong wherever that block is wider than d, and the head-dim mask fixes it."""
-    d = ok(t["attention/head_dims"], metric="matches")
-    if d.empty:
-        return "no head dim was run", NOT_REPRODUCED
+    gpu_only = int((t["attention/head_dims"]["status"] == "needs_gpu").sum())
+    if ok(t["attention/head_dims"]).empty and gpu_only:
+        return f"no head dim was run here: {gpu_only} cases need a GPU", NEEDS_GPU
+    d = needed(ok(t["attention/head_dims"], metric="matches"), "matches rows in attention/head_dims")
+    needed(d[d["provider"] == WRITEUP], f"matches rows of {WRITEUP!r} (the kernel as printed)")
+    needed(d[d["provider"] != WRITEUP], f"matches rows of a kernel besides {WRITEUP!r} (the fix)")
     errors = ok(t["attention/head_dims"], metric="max_abs_diff")
     parts, printed_wrong, fixed = [], None, True
     for provider, g in by_provider(d):

@@ -19,7 +19,7 @@ from .. import isolated, plots
 from ..claims import NEEDS_GPU, NOT_REPRODUCED, REPRODUCED, bools
 from ..providers import FLASH
 from ..report import md_table
-from ..summary import median, ok
+from ..summary import median, needed, ok
 from ..measure import (BF16_IN_INTERPRETER, QUANTILES, bench, is_gpu, lengths, probe_rows, randn, runnable,
                        sdpa_backend_of, timing_rows, wall_seconds)
 from ..table import needs_gpu, row
@@ -463,7 +463,7 @@ def _first_call(s: dict) -> list[dict]:
 def flash_past_wall(t, s):
     walls = t["attention/wall"]
     flash = t["flash_attention/past_wall"]
-    runs = ok(flash, metric="max_abs_diff")
+    runs = needed(ok(flash, metric="max_abs_diff"), "max_abs_diff rows in flash_attention/past_wall")
     right = bools(flash, "matches")
     corr = bools(t["flash_attention/correctness"], "matches")
     longest = int(runs["n_k"].max())
@@ -474,10 +474,13 @@ def flash_past_wall(t, s):
     if flash["backend"].iloc[0] != "gpu":
         return (base + "; the interpreter has no shared-memory limit, so running past the wall needs a GPU to mean anything",
                 NEEDS_GPU)
-    fail = walls[(walls["status"] == "out_of_resources") & (walls["dtype"] == runs["dtype"].iloc[0])
-                 & (walls["d"] == runs["d"].iloc[0])]
+    needed(right, "matches rows in flash_attention/past_wall")
+    needed(corr, "matches rows in flash_attention/correctness")
+    dtype, dim = runs["dtype"].iloc[0], runs["d"].iloc[0]
+    swept = needed(walls[(walls["dtype"] == dtype) & (walls["d"] == dim)], f"attention/wall rows at {dtype} d={int(dim)}")
+    fail = swept[swept["status"] == "out_of_resources"]
     wall_at = int(fail["n_k"].min()) if len(fail) else None
-    good = wall_at is not None and longest > wall_at and len(corr) and corr.all() and len(right) and right.all()
+    good = wall_at is not None and longest > wall_at and corr.all() and right.all()
     return base + f"; the writeup's kernel fails at n_k={wall_at} on the same device", REPRODUCED if good else NOT_REPRODUCED
 
 

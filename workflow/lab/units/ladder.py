@@ -12,7 +12,7 @@ from .. import plots
 from ..claims import NEEDS_GPU, NOT_REPRODUCED, NUANCE, REPRODUCED, bools, first_line, weakest
 from ..providers import FLASH, FUSED, WRITEUP
 from ..report import md_table
-from ..summary import forward, median, ok
+from ..summary import forward, median, needed, ok
 from . import claim, figure, section
 from .calibration import own_ceiling
 from .relu_dropout import UNFUSED
@@ -31,10 +31,10 @@ PERFORMANCE = tuple(f"{k}/performance" for k in MEMORY_BOUND)
 
 @claim(12, ['relu_dropout/performance', 'softmax/performance'])
 def fused_wins(t, s):
-    f = fusion(t)
-    if f.empty:
+    if all(ok(t[k]).empty for k in ("relu_dropout/performance", "softmax/performance")):
         return ("the bytes each version moves are counted in code (the performance tables' bytes column), but "
                 "time needs a GPU", NEEDS_GPU)
+    f = needed(fusion(t), "forward time_ms rows of a fused kernel and its unfused peer in the performance tables")
     parts, verdicts = [], []
     for name, g in f.groupby("comparison", sort=False):
         g = g.sort_values("size")
@@ -92,7 +92,7 @@ LIMIT_TABLES = ['vector_add/limits', 'relu_dropout/limits', 'softmax/limits', 'f
 def _limits_correct(key: str, d: pd.DataFrame, s: dict) -> bool:
     """Did a probe that ran (status ok) compute the right thing? Per table, its own criterion."""
     if key == "vector_add/limits":
-        return bool(bools(d, "exact_match").all())
+        return bool(needed(bools(d, "exact_match"), f"exact_match rows in {key}").all())
     if key == "relu_dropout/limits":
         v = {m: g["value"].iloc[0] for m, g in ok(d).groupby("metric")}
         good = (abs(v["tail_drop_rate"] - d["p"].iloc[0]) <= s["rate_tolerance"] and v["tail_survivors_max_ulp"] <= s["max_ulp"]
@@ -103,10 +103,10 @@ def _limits_correct(key: str, d: pd.DataFrame, s: dict) -> bool:
         if "tolerance" in v:  # each case within its own, scaled to its values (softmax.scaled_atol)
             return bool((v["value"] <= v["tolerance"]).all())
         atol = v["atol"].iloc[0]  # tables made before it: one absolute tolerance, BACKWARD_SLACK x for the backward
-        return bool((v[v["metric"] == "max_abs_diff"]["value"] <= atol).all()
+        return bool((needed(v[v["metric"] == "max_abs_diff"], f"max_abs_diff rows in {key}")["value"] <= atol).all()
                     and (v[v["metric"] == "backward_max_abs_diff"]["value"] <= BACKWARD_SLACK * atol).all())
     nonfinite = ok(d, metric="nonfinite_heads")["value"]
-    return bool(bools(d, "matches").all() and (nonfinite == 0).all())
+    return bool(needed(bools(d, "matches"), f"matches rows in {key}").all() and (nonfinite == 0).all())
 
 
 def _where_wrong(g) -> str:
@@ -138,6 +138,9 @@ def past_int32(t, s):
     offsets where needed, one folded grid axis for flash_attention) are right there and past 65535
     batch x heads."""
     parts, writeup_broke, project_right, measured_any, writeup_measured = [], True, True, False, False
+    # the kernels as printed, run or not (needs_gpu): a table without them is older than the check
+    needed([k for k in LIMIT_TABLES if "provider" in t[k] and (t[k]["provider"] == WRITEUP).any()],
+           f"rows of {WRITEUP!r} (the kernels as printed) in the limits tables")
     for key in LIMIT_TABLES:
         d = t[key]
         by = ["provider"] + (["n_cols"] if "n_cols" in d else [])

@@ -16,7 +16,7 @@ from ..claims import FALSE_POINT_HOLDS, NOT_REPRODUCED, NOT_SETTLED, NUANCE, REP
 from ..measure import BF16_IN_INTERPRETER, bench, device, generator, is_gpu, probe_rows, randn, runnable, timing_rows, ulps
 from ..measure import dtype as to_dtype
 from ..providers import FUSED, WRITEUP
-from ..summary import median, ok
+from ..summary import median, needed, ok
 from ..table import needs_gpu, row
 from . import claim, experiment, figure, section
 from .calibration import own_ceiling
@@ -268,10 +268,11 @@ def dropout_rates(t, s):
         return off, NOT_SETTLED
     parts, verdicts = [], []
     for provider, d in by_provider(t["relu_dropout/statistics"]):
-        single = ok(d, metric="drop_rate_single_seed").sort_values("p")
-        worst = ok(d, metric="max_abs_rate_error")["value"].max()
-        ulp = ok(d, metric="survivor_max_ulp_error")["value"].max()
-        seeds = int(ok(d, metric="max_abs_rate_error")["seeds"].iloc[0])
+        single = needed(ok(d, metric="drop_rate_single_seed"), f"drop_rate_single_seed rows of {provider!r}").sort_values("p")
+        errors = needed(ok(d, metric="max_abs_rate_error"), f"max_abs_rate_error rows of {provider!r}")
+        worst = errors["value"].max()
+        ulp = needed(ok(d, metric="survivor_max_ulp_error"), f"survivor_max_ulp_error rows of {provider!r}")["value"].max()
+        seeds = int(errors["seeds"].iloc[0])
         rates = ", ".join(f"p={p:g}: {r:.4f}" for p, r in zip(single["p"], single["value"]))
         parts.append(f"{provider}: seed {int(single['seed'].iloc[0])}: {rates}; over {seeds} seeds the worst "
                      f"|rate - p| is {worst:.4f} (band {s['band']:g}); survivors equal relu(x)/(1-p) within {ulp:.0f} ulp")
@@ -339,7 +340,8 @@ def hundredth_of_a_percent(t, s):
     off = _off_setup(t["relu_dropout/statistics"], said(2, "size"), said(2, "ps"))
     if off:
         return off, NOT_SETTLED
-    d = ok(t["relu_dropout/statistics"], metric="drop_rate_single_seed", provider=WRITEUP)
+    d = needed(ok(t["relu_dropout/statistics"], metric="drop_rate_single_seed", provider=WRITEUP),
+               f"drop_rate_single_seed rows of {WRITEUP!r}")
     err = (d["value"] - d["p"]).abs()
     said_err = max(abs(r - float(p)) for p, r in s["writeup_rates"].items())
     sigma = ok(t["relu_dropout/statistics"], metric="drop_rate", provider=WRITEUP)["sigma"]

@@ -18,7 +18,7 @@ from ..measure import BF16_IN_INTERPRETER, bench, cuda_kernels, is_gpu, probe_ro
 from ..measure import dtype as to_dtype
 from ..providers import FUSED, WRITEUP
 from ..report import md_table
-from ..summary import median, ok
+from ..summary import median, needed, ok
 from ..table import needs_gpu, row
 from ..verify import max_abs_diff
 from . import claim, experiment, figure, section
@@ -349,9 +349,10 @@ def performance(s: dict) -> list[dict]:
 @claim(4, ['softmax/stability'])
 def softmax_stability(t, s):
     d = ok(t["softmax/stability"])
-    bad = d[d["metric"] == "nonfinite_fraction"].pivot_table(index="scale", columns="provider", values="value")
+    bad = needed(d[d["metric"] == "nonfinite_fraction"], "nonfinite_fraction rows").pivot_table(
+        index="scale", columns="provider", values="value")
     top = bad.index.max()
-    fused_diff = ok(d, metric="max_abs_diff", provider=FUSED)["value"].max()
+    fused_diff = needed(ok(d, metric="max_abs_diff", provider=FUSED), f"max_abs_diff rows of {FUSED!r}")["value"].max()
     measured = (f"inputs up to {d['max_input'].max():.0f}: fused kernel non-finite fraction "
                 f"{bad['triton_fused'].max():.0%} at every scale (max |diff| vs fp64 {fused_diff:.2g}); "
                 f"naive exp(x): {bad.loc[top, 'naive_exp']:.0%} non-finite at scale {top:g}, "
@@ -363,7 +364,7 @@ def softmax_stability(t, s):
 def _bug_at(t, n_cols, variant):
     """The bug table's metrics at one point, and the error if the call raised there (None if it did not)."""
     d = t["softmax/bug"]
-    d = d[(d["n_cols"] == n_cols) & (d["variant"] == variant)]
+    d = needed(d[(d["n_cols"] == n_cols) & (d["variant"] == variant)], f"softmax/bug rows at n_cols={n_cols}, variant={variant}")
     raised = d[d["status"] == "raised"]["error"]
     return {m: g["value"].iloc[0] for m, g in ok(d).groupby("metric")}, (raised.iloc[0] if len(raised) else None)
 
@@ -408,16 +409,17 @@ def softmax_fix_2000(t, s):
 @claim(8, ['softmax/bug'])
 def softmax_sweep(t, s):
     d = t["softmax/bug"]
-    dropped = ok(d, metric="columns_dropped", variant="hardcoded")
-    exact = bool(len(dropped)) and (dropped["value"] == dropped["expected_dropped"]).all()
+    dropped = needed(ok(d, metric="columns_dropped", variant="hardcoded"), "columns_dropped rows of variant hardcoded")
+    exact = (dropped["value"] == dropped["expected_dropped"]).all()
     dyn = d[d["variant"] == "dynamic"]
-    ran = ok(dyn, metric="matches_torch")
-    dyn_ok = bool(len(ran)) and ran["value"].astype(bool).all() and (ok(dyn, metric="columns_dropped")["value"] == 0).all()
+    ran = needed(ok(dyn, metric="matches_torch"), "matches_torch rows of variant dynamic")
+    dyn_dropped = needed(ok(dyn, metric="columns_dropped"), "columns_dropped rows of variant dynamic")
+    dyn_ok = ran["value"].astype(bool).all() and (dyn_dropped["value"] == 0).all()
     broke = dyn[dyn["status"] == "raised"]
     n = sorted(int(x) for x in d["n_cols"].unique())
     measured = (f"n_cols in {n}: hard-coded drops exactly max(0, n_cols - 1024) columns in every case: {bool(exact)}; "
                 f"dynamic matches torch with 0 columns dropped wherever it ran ({len(ran)} widths, up to "
-                f"{int(ran['n_cols'].max()) if len(ran) else 0}): {bool(dyn_ok)}")
+                f"{int(ran['n_cols'].max())}): {bool(dyn_ok)}")
     if not (exact and dyn_ok):
         return measured, NOT_REPRODUCED
     if broke.empty:
@@ -434,12 +436,13 @@ def softmax_sweep(t, s):
 
 @claim(16, ['softmax/bug'])
 def first_block_softmax(t, s):
-    d = ok(t["softmax/bug"], variant="hardcoded")
+    d = needed(ok(t["softmax/bug"], variant="hardcoded"), "rows of variant hardcoded")
     wide = d[d["n_cols"] > d["block_size"]]
-    diff = wide[wide["metric"] == "diff_vs_softmax_of_written_columns"]
-    dropped = wide[wide["metric"] == "columns_dropped"]
-    if diff.empty:
+    if wide.empty:
         return "no n_cols wider than the block in this run's sweep", NOT_REPRODUCED
+    diff = needed(wide[wide["metric"] == "diff_vs_softmax_of_written_columns"],
+                  "diff_vs_softmax_of_written_columns rows past the block")
+    dropped = needed(wide[wide["metric"] == "columns_dropped"], "columns_dropped rows past the block")
     measured = (f"n_cols in {sorted(int(n) for n in diff['n_cols'])}, BLOCK_SIZE={int(diff['block_size'].iloc[0])}: "
                 f"columns [0, {int(diff['written_columns'].iloc[0])}) hold softmax(x[:, :{int(diff['block_size'].iloc[0])}]) "
                 f"to max |diff| {diff['value'].max():.2g} (atol {diff['atol'].iloc[0]:g}); the other "
@@ -463,6 +466,8 @@ def torch_softmax_passes(t, s):
     if d.empty:
         return "counting the CUDA kernels torch.softmax launches needs a GPU", NEEDS_GPU
     times = summary.median(summary.forward(t["softmax/performance"]), "time_ms")
+    if len(ok(t["softmax/performance"])):  # timed: then these rows are there (a width not timed needs a GPU, below)
+        needed(times, "forward time_ms rows in softmax/performance")
     if "dtype" not in times:  # only needs_gpu rows: nothing was timed
         times = times.assign(dtype=pd.Series(dtype=object), n_cols=pd.Series(dtype=float))
     parts, verdicts = [], []
@@ -504,6 +509,8 @@ def softmax_past_largest_block(t, s):
     past 2^20; the project's softmax (rows split over programs) is right there."""
     r, raised = _bug_at(t, s["n_cols"], "dynamic")
     wide = t["softmax/wide"]
+    if len(ok(wide)):  # some width ran here (the others need a GPU): each says whether it matched
+        needed(ok(wide, metric="matches_torch"), "matches_torch rows in softmax/wide")
     right = bools(wide, "matches_torch")
     widths = sorted(int(x) for x in ok(wide, metric="matches_torch")["n_cols"].unique())
     gpu_only = sorted(int(x) for x in wide[wide["status"] == "needs_gpu"]["n_cols"].dropna().unique())

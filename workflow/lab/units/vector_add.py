@@ -9,7 +9,7 @@ from .. import isolated
 from ..claims import NOT_REPRODUCED, NOT_SETTLED, REPRODUCED, bools, by_provider, skipped
 from ..measure import BF16_IN_INTERPRETER, bench, device, is_gpu, probe_rows, randn, runnable, timing_rows
 from ..providers import TORCH, TRITON, WRITEUP
-from ..summary import ok
+from ..summary import needed, ok
 from ..table import needs_gpu, row
 from . import claim, experiment
 
@@ -148,8 +148,8 @@ def vector_add_exact(t, s):
 
     d = t["vector_add/correctness"]
     parts, good, ragged = [], True, True
-    for provider, g in by_provider(d):
-        exact = bools(g, "exact_match")
+    for provider, g in by_provider(needed(d, "rows in vector_add/correctness")):
+        exact = needed(bools(g, "exact_match"), f"exact_match rows of provider {provider!r}")
         sizes = sorted(ok(g, metric="exact_match")["size"].astype(int).unique())
         odd = [x for x in sizes if x % BLOCK_SIZE]
         good &= bool(len(exact) and exact.all())
