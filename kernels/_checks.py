@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numbers
+import os
 
 import torch
 
@@ -80,6 +81,15 @@ def integer(value, name: str) -> int:
         raise TypeError(f"{name} must be an integer (a Python or NumPy int), got {type(value).__name__} "
                         f"{value!r}{hint}")
     return int(value)
+
+
+def switch(name: str) -> bool:
+    """An on/off environment variable (read at each call; on where unset): 0 or 1, anything else refused, so that
+    ``off`` or ``false`` is not read as on."""
+    value = os.environ.get(name, "1")
+    if value not in ("0", "1"):
+        raise ValueError(f"{name} must be 0 or 1, got {value!r}")
+    return value == "1"
 
 
 def flag(value, name: str) -> bool:

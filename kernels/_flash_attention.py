@@ -1183,10 +1183,7 @@ def warp_specialized() -> bool:
     until they were compiled without those barriers (kernels/_dead_barriers.py; the counts in
     workflow/scripts/ws_time_slicing.py). So they also stay off where that edit cannot be made
     (_dead_barriers.applies()). ``KERNELS_FLASH_WS=0`` runs the pointer kernels instead."""
-    value = os.environ.get(WS_ENV, "1")
-    if value not in ("0", "1"):
-        raise ValueError(f"{WS_ENV} must be 0 or 1, got {value!r}")
-    return value == "1" and _dead_barriers.applies()
+    return _checks.switch(WS_ENV) and _dead_barriers.applies()
 
 
 def backward_kind() -> str:

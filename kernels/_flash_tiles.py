@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from . import _checks
 from ._launch import serialized
 from ._triton import triton
 
@@ -85,7 +86,7 @@ def bucket(n: int) -> int:
 
 
 def autotune() -> bool:
-    return os.environ.get(AUTOTUNE_ENV, "1") != "0"
+    return _checks.switch(AUTOTUNE_ENV)
 
 
 def cache_path() -> Path:

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import collections
 import functools
-import os
 import threading
 
 import torch
 
-from . import backend
+from . import _checks, backend
 from ._triton import triton
 
 TESTED = ("3.6",)  # Triton major.minor versions whose compiled-kernel launch this was checked against
@@ -62,7 +61,7 @@ def _several_gpus() -> bool:
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "1") != "0" and backend.current() == "gpu" and _tested(triton.__version__)
+    return _checks.switch(ENV) and backend.current() == "gpu" and _tested(triton.__version__)
 
 
 @functools.lru_cache(maxsize=None)

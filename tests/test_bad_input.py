@@ -326,3 +326,21 @@ def test_an_out_of_one_column_is_taken_whatever_its_column_stride(name, monkeypa
     assert out.stride() == (1, 5) and out.is_contiguous()
     fn(x, out=out)
     torch.testing.assert_close(out, torch.softmax(x, dim=1))
+
+
+SWITCHES = ("KERNELS_AUTOTUNE", "KERNELS_DIRECT_LAUNCH", "KERNELS_FLASH_WS")
+
+
+@pytest.mark.parametrize("name", SWITCHES)
+def test_an_on_off_switch_takes_0_or_1_and_refuses_anything_else_naming_it(name, monkeypatch):
+    from kernels import _flash_attention, _flash_tiles, _launch
+    read = {"KERNELS_AUTOTUNE": _flash_tiles.autotune, "KERNELS_DIRECT_LAUNCH": _launch.enabled,
+            "KERNELS_FLASH_WS": _flash_attention.warp_specialized}[name]
+    monkeypatch.setenv(name, "0")
+    assert read() is False
+    monkeypatch.setenv(name, "1")
+    read()  # on where the machine allows it (the direct launcher and the '/ws' kernels need a GPU)
+    for value in ("off", "false", "no", "", "2"):
+        monkeypatch.setenv(name, value)
+        with pytest.raises(ValueError, match=name):
+            read()

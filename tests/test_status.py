@@ -155,3 +155,18 @@ def test_run_in_another_checkout_than_python_imports_it_refuses_naming_both(run,
         status.main([str(run)])
     err = capsys.readouterr().err
     assert done.value.code == 2 and str(other) in err and str(ROOT) in err
+
+
+def test_the_owner_check_names_whose_tables_a_run_holds(run):
+    from lab import runs
+
+    n = len(list(run.glob("*/*.parquet")))
+    with pytest.raises(runs.ForeignRunError, match=rf"{run} was made on NVIDIA H200 \(gpu\); this machine is cpu"):
+        runs.check_owner(run, "cpu", "interpreter")
+    runs.check_owner(run, "NVIDIA H200", "gpu")  # its own run
+    t = run / "softmax/bug.parquet"  # one table copied in from another machine
+    pd.read_parquet(t).assign(device="NVIDIA H100", backend="gpu").to_parquet(t)
+    with pytest.raises(runs.ForeignRunError, match=rf"{run} holds tables made on NVIDIA H100 \(gpu\) \(1 of its {n} "
+                                                   r"tables: softmax/bug\); this machine is NVIDIA H200"):
+        runs.check_owner(run, "NVIDIA H200", "gpu")
+    runs.check_owner(run, "NVIDIA H200", "gpu", overwrite=True)

@@ -32,14 +32,19 @@ def recorded(table: str | Path) -> dict | None:
     return {**{c: (first[0].get(c) if first else None) for c in RECORDED}, "unreadable": None}
 
 
-def owners(run_dir: str | Path) -> set[tuple[str, str]]:
-    """(device, backend) of every table already in the run."""
-    found = set()
-    for table in Path(run_dir).glob("*/*.parquet"):
+def made_on(run_dir: str | Path) -> dict[tuple[str, str], list[str]]:
+    """(device, backend) -> the tables of the run ('softmax/bug') that recorded it."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for table in sorted(Path(run_dir).glob("*/*.parquet")):
         r = recorded(table)
         if r and r["device"]:
-            found.add((r["device"], r["backend"]))
+            found.setdefault((r["device"], r["backend"]), []).append(f"{table.parent.name}/{table.stem}")
     return found
+
+
+def owners(run_dir: str | Path) -> set[tuple[str, str]]:
+    """(device, backend) of every table already in the run."""
+    return set(made_on(run_dir))
 
 
 class ForeignRunError(RuntimeError):
@@ -49,11 +54,16 @@ class ForeignRunError(RuntimeError):
 def check_owner(run_dir: str | Path, device: str, backend: str, overwrite: bool = False) -> None:
     """Refuse to write into a run made on another device or backend, unless told to. The workflow asks
     this when it plans (a foreign run then gets no experiment rules), and each job asks again."""
-    others = owners(run_dir) - {(device, backend)}
+    made = made_on(run_dir)
+    others = {owner: tables for owner, tables in made.items() if owner != (device, backend)}
     if others and not overwrite:
-        made_by = "; ".join(f"{d} ({b})" for d, b in sorted(others))
+        total = sum(map(len, made.values()))
+        made_by = "; ".join(f"{d} ({b})" + ("" if len(t) == total else f" ({len(t)} of its {total} tables: "
+                                                                          f"{', '.join(t[:3])}{', ...' if len(t) > 3 else ''})")
+                            for (d, b), t in sorted(others.items()))
+        whose = "was made on" if len(made) == len(others) else "holds tables made on"
         raise ForeignRunError(
-            f"{run_dir} was made on {made_by}; this machine is {device} ({backend}) and will not mix or "
+            f"{run_dir} {whose} {made_by}; this machine is {device} ({backend}) and will not mix or "
             f"overwrite its results. Use another run name (--config run=NAME), or --config "
             f"overwrite_foreign_run=true to write there anyway.")
 
