@@ -60,10 +60,8 @@ import time
 
 import torch
 
-from kernels import _dead_barriers  # first: it chooses the backend before triton is imported
-from kernels._triton import triton
-
-import triton.language as tl  # noqa: E402  (after the backend is chosen)
+from kernels import _dead_barriers
+from kernels._triton import tl, triton  # the backend chosen before triton is imported
 
 M = N = K = 8192
 BM, BN, BK = 128, 128, 64
