@@ -42,7 +42,8 @@ again ran behind the override of the same sizes where the row is one segment: 0.
 0.805 / 0.945 / 0.841 at 3001 / 4001 / 24001 (at 32001, segments of 65536 both ways, 0.835 alike): the third
 run to show it. Its one difference, the SEGMENT constexpr (next_pow2(n) against 2^21), gives the same bounds, but
 a SEGMENT of one or two chunks lets the compiler build the walk for that many trips (their sm_90 builds differ);
-the public path has taken 2^21 since (kernels._softmax.ONE_SEGMENT), not yet timed so on a GPU.
+the public path has taken 2^21 since (kernels._softmax.ONE_SEGMENT). Timed so at 772a48a on a third H100: the
+bf16 backward's public calls 0.803 / 0.941 against 0.802 / 0.941 for the override at 3001 / 4001 columns.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from .. import isolated, plots, summary, verify
-from ..claims import (FALSE_POINT_HOLDS, NEEDS_GPU, NOT_REPRODUCED, NOT_SETTLED, NUANCE, REPRODUCED, bools, first_line, said,
+from ..claims import (FALSE_POINT_HOLDS, NEEDS_GPU, NOT_REPRODUCED, NOT_SETTLED, NUANCE, REPRODUCED, first_line, said,
                       weakest)
 from ..measure import BF16_IN_INTERPRETER, bench, cuda_kernels, is_gpu, probe_rows, randn, runnable, timing_rows, wall_seconds
 from ..measure import dtype as to_dtype
@@ -509,10 +509,11 @@ def softmax_past_largest_block(t, s):
     past 2^20; the project's softmax (rows split over programs) is right there."""
     r, raised = _bug_at(t, s["n_cols"], "dynamic")
     wide = t["softmax/wide"]
+    matched = ok(wide, metric="matches_torch")
     if len(ok(wide)):  # some width ran here (the others need a GPU): each says whether it matched
-        needed(ok(wide, metric="matches_torch"), "matches_torch rows in softmax/wide")
-    right = bools(wide, "matches_torch")
-    widths = sorted(int(x) for x in ok(wide, metric="matches_torch")["n_cols"].unique())
+        needed(matched, "matches_torch rows in softmax/wide")
+    right = matched["value"].astype(bool)
+    widths = sorted(int(x) for x in matched["n_cols"].unique())
     gpu_only = sorted(int(x) for x in wide[wide["status"] == "needs_gpu"]["n_cols"].dropna().unique())
     text = (f"the writeup's fix at n_cols={s['n_cols']}: "
             + (f"raises \"{first_line(raised)}\"" if raised else "ran, max |diff| "
