@@ -152,14 +152,13 @@ def vector_add_exact(t, s):
         exact = needed(bools(g, "exact_match"), f"exact_match rows of provider {provider!r}")
         sizes = sorted(ok(g, metric="exact_match")["size"].astype(int).unique())
         odd = [x for x in sizes if x % BLOCK_SIZE]
-        good &= bool(len(exact) and exact.all())
+        good &= bool(exact.all())
         ragged &= bool(odd)
-        parts.append(f"{provider}: bit-exact in {int(exact.sum())}/{len(exact)} cases"
-                     + (f", sizes {sizes[0]}..{sizes[-1]} incl. {', '.join(map(str, odd)) or 'none'} "
-                        f"(not multiples of {BLOCK_SIZE}), dtypes {', '.join(sorted(ok(g)['dtype'].unique()))}"
-                        if sizes else ""))
+        parts.append(f"{provider}: bit-exact in {int(exact.sum())}/{len(exact)} cases, sizes {sizes[0]}..{sizes[-1]} "
+                     f"incl. {', '.join(map(str, odd)) or 'none'} (not multiples of {BLOCK_SIZE}), "
+                     f"dtypes {', '.join(sorted(ok(g)['dtype'].unique()))}")
     text = "; ".join(parts) + skipped(d)
-    if not (good and parts):
+    if not good:
         return text, NOT_REPRODUCED
     if not ragged:  # the claim is about the sizes a last, partial block must mask
         return text + f" - a kernel ran no size that is not a multiple of {BLOCK_SIZE}", NOT_SETTLED
