@@ -4,6 +4,7 @@ reach every verdict each check names and execute every statement that names one,
 a case fails here."""
 import ast
 import copy
+import functools
 import inspect
 import re
 import sys
@@ -918,13 +919,9 @@ def _unknown(tables: dict, columns) -> dict:
     return {k: d.assign(**{c: "unknown_" + d[c].astype(str) for c in columns if c in d}) for k, d in tables.items()}
 
 
-_SCRAMBLED = {}
-
-
-def _settled_unknown(run: str, columns) -> pd.DataFrame:
-    if (run, columns) not in _SCRAMBLED:
-        _SCRAMBLED[run, columns] = claims.settle(CLAIMS_LIST, _unknown(_committed(run), columns)).set_index("id")
-    return _SCRAMBLED[run, columns]
+@functools.cache  # each (run, columns) settled once for all the claims that read it
+def _settled_unknown(run: str, columns: tuple) -> pd.DataFrame:
+    return claims.settle(CLAIMS_LIST, _unknown(_committed(run), columns)).set_index("id")
 
 
 @pytest.mark.parametrize("claim_id", sorted(CLAIMS))
