@@ -147,7 +147,9 @@ UNALIGNED = (
     ("backward", 4, 32768, (None, 16384, 32, "plain")),  # 0.97 / 0.92-0.93 against 0.74 / 0.75 at 24001 / 32001
     ("backward", 4, None, None),
     ("backward", 2, 2048, None),  # the rows path (0.92 at 1001)
-    ("backward", 2, 16384, (None, 4096, 8)),  # 0.94 / 1.00 / 0.97 against 0.48 / 0.92 / 0.62 at 4001 / 8001 / 16001
+    # 0.94 / 1.00 / 0.97 against 0.48 / 0.92 / 0.62 at 4001 / 8001 / 16001, and 0.92 / 0.83 against 0.63 / 0.75
+    # with the next entry's sizes at 20001 / 24001 (where those win from 26001 up: 0.79-0.83 against 0.78-0.71)
+    ("backward", 2, 24576, (None, 4096, 8)),
     ("backward", 2, 65536, (None, 16384, 32)),  # 0.83 / 0.77 against 0.59 / 0.73 at 32001 / 50257
     # 0.69 / 0.70 / 0.71 against 0.34 / 0.30 / 0.36 at 100003 / 151937 / 1000003
     ("backward", 2, None, (65536, 16384, 32)),
