@@ -4,6 +4,7 @@ against SDPA's backends."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import tempfile
@@ -15,7 +16,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from .. import isolated, plots
+from .. import ahead, isolated, plots
 from ..claims import NEEDS_GPU, NOT_REPRODUCED, REPRODUCED, bools
 from ..providers import FLASH
 from ..report import md_table
@@ -125,27 +126,35 @@ def _cases(s: dict):
 def correctness(s: dict) -> list[dict]:
     """The FlashAttention rule, for the output and each gradient: error vs an fp64 reference no more
     than twice torch's own error at the input precision, plus eps. Each row names the tiles that ran
-    (``tile_<kernel>``: which backward, two-pass or one-pass, held to the rule)."""
+    (``tile_<kernel>``: which backward, two-pass or one-pass, held to the rule). Its kernels (some 200 on a
+    GPU) are compiled ahead, several at once (lab.ahead)."""
+    cases = [(dtype_name, case) for dtype_name in s["dtypes"] for case in _cases(s)]
+    done = ahead.compile_ahead(functools.partial(_case_rows, s), cases)
+    if done["processes"]:
+        print(f"[flash_attention/correctness] compiled ahead: {done}", flush=True)
+    return [r for dtype_name, case in cases for r in _case_rows(s, dtype_name, case)]
+
+
+def _case_rows(s: dict, dtype_name: str, case: dict) -> list[dict]:
     from kernels import flash_attention, flash_attention_ref, tiles_in_use
 
-    rows, b, h = [], s["batch"], s["heads"]
-    for dtype_name in s["dtypes"]:
-        eps = attention_eps(dtype_name, is_gpu())
-        for case in _cases(s):
-            gpu_only = case.pop("gpu_only", False)
-            params = dict(dtype=dtype_name, batch=b, heads=h, eps=eps, **case)
-            why = BF16_IN_INTERPRETER if not runnable(dtype_name) else GPU_LENGTHS if gpu_only and not is_gpu() else ""
-            if why:
-                rows.append(row("max_abs_diff", None, status="needs_gpu", error=why, variant="out", **params))
-                continue
-            q, k, v = _qkv(b, h, case["seq_q"], case["seq_k"], case["d"], dtype_name, s["seed"], case["strided"])
-            do = randn([b, h, case["seq_q"], case["d"]], dtype_name, s["seed"] + 7)
-            errors = flash_errors(flash_attention, flash_attention_ref, q, k, v, do, case["causal"])
-            params.update({f"tile_{kind}": tile for kind, tile in tiles_in_use().items() if tile})
-            for what, (err, err_torch) in errors.items():
-                rows += [row("max_abs_diff", err, variant=what, **params),
-                         row("torch_max_abs_diff", err_torch, variant=what, **params),
-                         row("matches", within_fa_rule(err, err_torch, eps), "bool", variant=what, **params)]
+    b, h = s["batch"], s["heads"]
+    eps = attention_eps(dtype_name, is_gpu())
+    case = dict(case)
+    gpu_only = case.pop("gpu_only", False)
+    params = dict(dtype=dtype_name, batch=b, heads=h, eps=eps, **case)
+    why = BF16_IN_INTERPRETER if not runnable(dtype_name) else GPU_LENGTHS if gpu_only and not is_gpu() else ""
+    if why:
+        return [row("max_abs_diff", None, status="needs_gpu", error=why, variant="out", **params)]
+    q, k, v = _qkv(b, h, case["seq_q"], case["seq_k"], case["d"], dtype_name, s["seed"], case["strided"])
+    do = randn([b, h, case["seq_q"], case["d"]], dtype_name, s["seed"] + 7)
+    errors = flash_errors(flash_attention, flash_attention_ref, q, k, v, do, case["causal"])
+    params.update({f"tile_{kind}": tile for kind, tile in tiles_in_use().items() if tile})
+    rows = []
+    for what, (err, err_torch) in errors.items():
+        rows += [row("max_abs_diff", err, variant=what, **params),
+                 row("torch_max_abs_diff", err_torch, variant=what, **params),
+                 row("matches", within_fa_rule(err, err_torch, eps), "bool", variant=what, **params)]
     return rows
 
 
