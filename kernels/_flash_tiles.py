@@ -13,7 +13,8 @@ looked up in this order:
    256 MiB buffer).
 
 Tuning is skipped, and the first candidate taken, when ``KERNELS_AUTOTUNE=0``, when only one candidate
-fits, or while a CUDA graph is being captured (a capture cannot time anything).
+fits, or while a CUDA graph is being captured (a capture cannot time anything). Inside ``untimed()`` every
+candidate is launched once and none timed (a process that only compiles for another one's tuning).
 """
 from __future__ import annotations
 
@@ -97,6 +98,7 @@ _chosen: dict[tuple, Tile] = {}
 _pinned: dict[str, Tile] = {}
 timings: dict[tuple, dict[str, float]] = {}  # bucket -> {tile: median ms} of every tuning this process ran
 generation = 0  # counts pin() and forget() calls: what was planned with earlier choices is stale
+_untimed = False  # inside untimed(): every candidate launched once, none timed or remembered
 
 
 def pin(kinds, **tiles: str | None) -> None:
@@ -115,6 +117,19 @@ def pin(kinds, **tiles: str | None) -> None:
             _pinned.pop(kind, None)
         else:
             _pinned[kind] = tile
+
+
+@contextlib.contextmanager
+def untimed():
+    """Inside, a bucket's choice launches every candidate once, untimed, and takes the first, remembering
+    nothing (neither in this process nor in the cache file): a process that only fills Triton's on-disk
+    cache for another process's tuning (lab/ahead.py) builds every kernel that tuning will run."""
+    global _untimed
+    before, _untimed = _untimed, True
+    try:
+        yield
+    finally:
+        _untimed = before
 
 
 def forget() -> None:
@@ -237,6 +252,13 @@ def choose(key: tuple, candidates: list[Tile], run) -> Tile:
     tile = _pinned.get(key[0]) or _chosen.get(key)
     if tile is not None:
         return tile
+    if _untimed:
+        ran = []
+        for candidate in candidates:
+            with contextlib.suppress(triton.runtime.errors.OutOfResources):  # as tuning skips it
+                run(candidate)
+                ran.append(candidate)
+        return (ran or candidates)[0]
     if not autotune() or len(candidates) == 1:
         tile = _chosen[key] = candidates[0]
         return tile

@@ -179,6 +179,54 @@ def test_without_autotune_the_first_candidate_runs(gpu_free, monkeypatch):
     assert not ft.cache_path().exists()
 
 
+@pytest.mark.parametrize("autotune", ["1", "0"])
+def test_untimed_launches_every_candidate_once_and_remembers_nothing(gpu_free, monkeypatch, autotune):
+    """What a compile-ahead process does (lab/ahead.py): every candidate launched once (so compiled), none
+    timed, the first that fits taken, nothing remembered in the process or the cache file; the next choice
+    outside untimed() tunes as before."""
+    monkeypatch.setenv(ft.AUTOTUNE_ENV, autotune)
+    monkeypatch.setattr(ft, "_graph_ms", lambda fn, **kw: pytest.fail("timed inside untimed()"))
+    launched = []
+
+    def run(tile):
+        launched.append(tile)
+        if tile == CANDIDATES[0]:
+            raise ft.triton.runtime.errors.OutOfResources(300000, 232448, "shared memory")
+
+    with ft.untimed():
+        assert ft.choose(KEY, CANDIDATES, run) == CANDIDATES[1]
+        assert ft.choose(KEY, CANDIDATES, run) == CANDIDATES[1]
+    assert launched == CANDIDATES * 2 and not ft.timings and not ft.cache_path().exists()
+    assert ft._chosen.get(KEY) is None and not ft._untimed
+
+
+def test_untimed_gives_way_to_a_pinned_tile(gpu_free):
+    ft.pin(("fwd",), fwd="32x32/w4/s1")
+    with ft.untimed():
+        assert ft.choose(KEY, CANDIDATES, lambda tile: pytest.fail("launched a candidate")) == Tile(32, 32, 4, 1)
+
+
+def test_the_performance_experiments_compile_ahead_case_chooses_every_kernels_tile_untimed(monkeypatch):
+    """flash_attention/performance's compile-ahead case (lab/ahead.py runs it in other processes on a GPU):
+    forward and backward at each length, every choice made inside untimed()."""
+    from kernels._flash_attention import WS_ENV
+    from lab.units import flash_attention as unit
+
+    monkeypatch.setenv(WS_ENV, "1")  # the case sets it; restored afterwards
+    chosen, choose = [], ft.choose
+
+    def spy(key, candidates, run):
+        chosen.append((key[0], ft._untimed))
+        return choose(key, candidates, run)
+
+    monkeypatch.setattr(ft, "choose", spy)
+    s = dict(lengths=[40, 70], plain_lengths=[70], tokens=140, heads=1, dtype="float32", seed=0)
+    unit._build_tiles(s, 16, True, True)
+    kinds = {kind for kind, _ in chosen}
+    assert "fwd" in kinds and kinds & {"bwd_dkdv", "bwd_dq", "bwd_one_pass"}
+    assert all(untimed for _, untimed in chosen) and len(chosen) >= 2 * len(s["lengths"])
+
+
 def test_compiled_with_fullgraph_matches_eager():
     """torch.compile sees flash_attention as one custom op with a registered backward: no graph break,
     same output and gradients. (aot_eager here; the GPU test compiles with Inductor.)"""
