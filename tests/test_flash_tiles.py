@@ -207,8 +207,8 @@ def test_untimed_gives_way_to_a_pinned_tile(gpu_free):
 
 
 def test_the_performance_experiments_compile_ahead_case_chooses_every_kernels_tile_untimed(monkeypatch):
-    """flash_attention/performance's compile-ahead case (lab/ahead.py runs it in other processes on a GPU):
-    forward and backward at each length, every choice made inside untimed()."""
+    """flash_attention/performance's compile-ahead cases (lab/ahead.py runs them in other processes on a GPU):
+    the forward alone, or forward and backward, at each length, every choice made inside untimed()."""
     from kernels._flash_attention import WS_ENV
     from lab.units import flash_attention as unit
 
@@ -221,10 +221,12 @@ def test_the_performance_experiments_compile_ahead_case_chooses_every_kernels_ti
 
     monkeypatch.setattr(ft, "choose", spy)
     s = dict(lengths=[40, 70], plain_lengths=[70], tokens=140, heads=1, dtype="float32", seed=0)
-    unit._build_tiles(s, 16, True, True)
+    unit._build_tiles(s, 16, True, True, False)
+    assert chosen and {kind for kind, _ in chosen} == {"fwd"}  # no gradients: the forward alone
+    unit._build_tiles(s, 16, True, True, True)
     kinds = {kind for kind, _ in chosen}
     assert "fwd" in kinds and kinds & {"bwd_dkdv", "bwd_dq", "bwd_one_pass"}
-    assert all(untimed for _, untimed in chosen) and len(chosen) >= 2 * len(s["lengths"])
+    assert all(untimed for _, untimed in chosen) and len(chosen) >= 3 * len(s["lengths"])
 
 
 def test_compiled_with_fullgraph_matches_eager():

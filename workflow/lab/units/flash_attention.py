@@ -324,7 +324,8 @@ def performance(s: dict) -> list[dict]:
         return [needs_gpu("timing flash_attention")]
     # FlexAttention compiles once per shape and grad mode: past Dynamo's recompile limit (8) it would
     # fall back to running flex_attention eagerly, which is slow and not what a user gets
-    cases = [(d, causal, ws) for d in s["head_dims"] for causal in (False, True) for ws in (True, False)]
+    cases = [(d, causal, ws, grad) for d in s["head_dims"] for causal in (False, True) for ws in (True, False)
+             for grad in (True, False)]
     done = ahead.compile_ahead(functools.partial(_build_tiles, s), cases)
     if done["processes"]:
         print(f"[flash_attention/performance] compiled ahead: {done}", flush=True)
@@ -335,22 +336,22 @@ def performance(s: dict) -> list[dict]:
         return rows + _first_call(s)
 
 
-def _build_tiles(s: dict, d: int, causal: bool, ws: bool) -> None:
-    """Every kernel the tuning of flash_attention at head dim ``d`` will run (forward with and without
-    gradients, backward; at each length the throughput measures, ``ws``: with the warp-specialized kernels,
-    else at plain_lengths without them), launched once each, untimed, so that all are in Triton's on-disk
-    cache: compile_ahead's work for the performance experiment. FlexAttention is left out: its compile time
-    is a measurement."""
+def _build_tiles(s: dict, d: int, causal: bool, ws: bool, grad: bool) -> None:
+    """Every kernel the tuning of flash_attention at head dim ``d`` will run (``grad``: the forward that stores
+    the log-sum-exp and the backward, else the forward without it; at each length the throughput measures,
+    ``ws``: with the warp-specialized kernels, else at plain_lengths without them), launched once each, untimed,
+    so that all are in Triton's on-disk cache: compile_ahead's work for the performance experiment.
+    FlexAttention is left out: its compile time is a measurement."""
     from kernels import _flash_tiles, flash_attention
     from kernels._flash_attention import WS_ENV
 
     os.environ[WS_ENV] = "1" if ws else "0"
-    with _flash_tiles.untimed():
+    with _flash_tiles.untimed(), torch.enable_grad() if grad else torch.no_grad():
         for n in s["lengths"] if ws else s["plain_lengths"]:
             q, k, v = _qkv(max(1, s["tokens"] // n), s["heads"], n, n, d, s["dtype"], s["seed"])
-            with torch.no_grad():  # the forward that stores no log-sum-exp is a kernel of its own
-                flash_attention(q, k, v, causal=causal)
-            flash_attention(q, k, v, causal=causal).backward(torch.randn_like(q))
+            out = flash_attention(q, k, v, causal=causal)
+            if grad:
+                out.backward(torch.randn_like(q))
 
 
 def _throughput(s: dict, choices) -> list[dict]:
