@@ -50,8 +50,9 @@ def compile_ahead(fn: Callable, cases: Iterable[tuple], processes: int | None = 
                 failed += future.result()
             except Exception:  # noqa: BLE001  (a process that died breaks the pool: the rest fail here too)
                 failed += 1
-    return {"cases": len(cases), "processes": processes, "failed": failed,
-            "seconds": round(time.perf_counter() - start, 1)}
+    done = {"cases": len(cases), "processes": processes, "failed": failed, "seconds": round(time.perf_counter() - start, 1)}
+    print(f"[compile ahead] {done}", flush=True)  # in the job's log
+    return done
 
 
 def _gpu() -> bool:

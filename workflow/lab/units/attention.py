@@ -3,6 +3,7 @@ two (claim 18), the shared-memory wall (claims 10, 11) and its speed next to fla
 where it runs."""
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -10,7 +11,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from .. import plots
+from .. import ahead, plots
 from ..claims import FALSE_POINT_HOLDS, NEEDS_GPU, NOT_REPRODUCED, NUANCE, REPRODUCED, bools, by_provider, first_line, skipped
 from ..measure import BF16_IN_INTERPRETER, bench, is_gpu, lengths, randn, runnable, sdpa_backend_of, timing_rows
 from ..providers import FLASH, TRITON, WRITEUP
@@ -134,7 +135,9 @@ def wall(s: dict) -> list[dict]:
     import triton
 
     limit = triton.runtime.driver.active.utils.get_device_properties(torch.cuda.current_device())["max_shared_mem"]
-    return [r for dtype_name in s["dtypes"] for d in s["head_dims"] for r in _sweep_until_wall(s, dtype_name, d, limit)]
+    sweeps = [(dtype_name, d, limit) for dtype_name in s["dtypes"] for d in s["head_dims"]]
+    ahead.compile_ahead(functools.partial(_sweep_until_wall, s), sweeps)  # a kernel per n_k: compiling is its time
+    return [r for sweep in sweeps for r in _sweep_until_wall(s, *sweep)]
 
 
 def _sweep_until_wall(s: dict, dtype_name: str, d: int, limit: int) -> list[dict]:

@@ -129,9 +129,7 @@ def correctness(s: dict) -> list[dict]:
     (``tile_<kernel>``: which backward, two-pass or one-pass, held to the rule). Its kernels (some 200 on a
     GPU) are compiled ahead, several at once (lab.ahead)."""
     cases = [(dtype_name, case) for dtype_name in s["dtypes"] for case in _cases(s)]
-    done = ahead.compile_ahead(functools.partial(_case_rows, s), cases)
-    if done["processes"]:
-        print(f"[flash_attention/correctness] compiled ahead: {done}", flush=True)
+    ahead.compile_ahead(functools.partial(_case_rows, s), cases)
     return [r for dtype_name, case in cases for r in _case_rows(s, dtype_name, case)]
 
 
@@ -326,9 +324,7 @@ def performance(s: dict) -> list[dict]:
     # fall back to running flex_attention eagerly, which is slow and not what a user gets
     cases = [(d, causal, ws, grad) for d in s["head_dims"] for causal in (False, True) for ws in (True, False)
              for grad in (True, False)]
-    done = ahead.compile_ahead(functools.partial(_build_tiles, s), cases)
-    if done["processes"]:
-        print(f"[flash_attention/performance] compiled ahead: {done}", flush=True)
+    ahead.compile_ahead(functools.partial(_build_tiles, s), cases)
     limit = 4 * len(s["head_dims"]) * len(s["flex_lengths"]) + 8
     with _fresh_tiles() as choices, torch._dynamo.config.patch(recompile_limit=limit):
         rows = _throughput(s, choices) + _launch_floor(s)
