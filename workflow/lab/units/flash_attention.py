@@ -320,11 +320,11 @@ def performance(s: dict) -> list[dict]:
     time recorded), the per-call host cost, and the cost of a call at a length not seen before."""
     if not is_gpu():
         return [needs_gpu("timing flash_attention")]
-    # FlexAttention compiles once per shape and grad mode: past Dynamo's recompile limit (8) it would
-    # fall back to running flex_attention eagerly, which is slow and not what a user gets
     cases = [(d, causal, ws, grad) for d in s["head_dims"] for causal in (False, True) for ws in (True, False)
              for grad in (True, False)]
     ahead.compile_ahead(functools.partial(_build_tiles, s), cases)
+    # FlexAttention compiles once per shape and grad mode: past Dynamo's recompile limit (8) it would
+    # fall back to running flex_attention eagerly, which is slow and not what a user gets
     limit = 4 * len(s["head_dims"]) * len(s["flex_lengths"]) + 8
     with _fresh_tiles() as choices, torch._dynamo.config.patch(recompile_limit=limit):
         rows = _throughput(s, choices) + _launch_floor(s)
