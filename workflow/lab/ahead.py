@@ -8,8 +8,8 @@ in one of them, in parallel, into the on-disk cache, and the experiment's own pa
 order, as before) finds it there. The table still comes only from that pass, so it is the same table.
 Measured on a fresh H100 (16 CPUs): 72 cases compiled ahead in 8 processes in 58.7 s, the job 65.1 s in all
 against 281.1 s, its 864 rows identical to the committed run's, value for value and tile for tile.
-flash_attention/performance does the same for the tiles its tuning will try (each launched once, untimed:
-kernels._flash_tiles.untimed), before anything is timed.
+attention/wall does the same for its sweeps (a kernel per length), and flash_attention/performance for the tiles
+its tuning will try (each launched once, untimed: kernels._flash_tiles.untimed), before anything is timed.
 """
 from __future__ import annotations
 
