@@ -170,3 +170,14 @@ def test_the_owner_check_names_whose_tables_a_run_holds(run):
                                                    r"tables: softmax/bug\); this machine is NVIDIA H200"):
         runs.check_owner(run, "NVIDIA H200", "gpu")
     runs.check_owner(run, "NVIDIA H200", "gpu", overwrite=True)
+
+
+@pytest.mark.parametrize("args, code, words", [(["--help"], 0, "status"), ([], 2, "no command"),
+                                                (["stat", "results/x"], 2, "unknown command 'stat'")])
+def test_the_command_line_says_what_it_takes(args, code, words):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "lab", *args], capture_output=True, text=True,
+                          cwd=Path(status.__file__).parents[1])
+    assert done.returncode == code and words in done.stdout + done.stderr
