@@ -362,7 +362,7 @@ def _publish(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr,
         lane_e = tl.exp2((lanes - lane_safe) * LOG2E)
         lane_l = tl.sum(lane_e, axis=0)
         e = tl.reshape(lane_e, [x.shape[0]])
-    m, total = tl.reduce((lane_m, lane_l), 0, _combine_partials)
+    m, total = _combined(lane_m, lane_l)
     tl.store(part + chunk, m)
     tl.store(part + SPLITS + chunk, total)
     if PHASE == 0:
@@ -382,6 +382,19 @@ def _combine_partials(m1, l1, m2, l2):
     m = tl.maximum(m1, m2)
     m_safe = _finite(m)  # two empty partials: 0, not NaN
     return m, l1 * tl.exp2((m1 - m_safe) * LOG2E) + l2 * tl.exp2((m2 - m_safe) * LOG2E)
+
+
+@triton.jit
+def _combined(ms, ls):
+    """Partials (max, sum of exp(x - max)) along axis 0 as one: on the GPU one block reduction of the pairs
+    rather than two; Triton's interpreter runs a combine function once per pair in Python (3 rows of 2^20
+    fp32 columns took 195 s), so there a max and then a sum, each one array operation."""
+    if _INTERPRETED:
+        m = tl.max(ms, axis=0)
+        total = tl.sum(ls * tl.exp2((ms - _finite(m)) * LOG2E), axis=0)
+    else:
+        m, total = tl.reduce((ms, ls), 0, _combine_partials)
+    return m, total
 
 
 @triton.jit
@@ -423,7 +436,7 @@ def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row,
             part = part_ptr + r * (2 * SPLITS)  # [max of each chunk..., sum of exp of each chunk...]
             ms = tl.load(part + splits, mask=splits < SPLITS, other=-float("inf"), volatile=True)
             ls = tl.load(part + SPLITS + splits, mask=splits < SPLITS, other=0.0, volatile=True)
-            row_max, total = tl.reduce((ms, ls), 0, _combine_partials)  # one block reduction, not two
+            row_max, total = _combined(ms, ls)
             if PACKED:
                 even, odd = _unpack(x, PACKED)
                 log2_scale = -tl.log2(total)
@@ -687,7 +700,7 @@ def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_r
                 chunk_sum = tl.sum(tl.sum(tl.exp2((lanes - m_safe[None, :, None]) * LOG2E), axis=2), axis=0)
                 total = total * tl.exp2((m - m_safe) * LOG2E) + chunk_sum
                 m = m_new
-            m, total = tl.reduce((m, total), 0, _combine_partials)
+            m, total = _combined(m, total)
             if SPLITS == 1:
                 row_max = m
                 scale = 1.0 / total
@@ -702,7 +715,7 @@ def _two_pass_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_r
                     _wait(counter_ptr + row, SPLITS)
                 ms = tl.load(part + splits, mask=splits < SPLITS, other=-float("inf"), volatile=True)
                 ls = tl.load(part + SPLITS + splits, mask=splits < SPLITS, other=0.0, volatile=True)
-                row_max, total = tl.reduce((ms, ls), 0, _combine_partials)
+                row_max, total = _combined(ms, ls)
                 scale = 1.0 / total
             log2_scale = tl.log2(scale)
             for start in range(lo, end, CHUNK):

@@ -500,11 +500,12 @@ def test_writeup_kernel_beside_the_improved_one():
         softmax(x.requires_grad_(), out=torch.empty_like(x))
 
 
-@pytest.mark.skipif(not ON_GPU, reason="the cooperative split kernel runs only on a GPU")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("shape", [(5, 40000), (300, 131072), (7, 262144 + 3), (2, 2**20)])
-def test_wide_rows_on_the_gpu(shape, dtype):
-    """The default configuration on rows that do not fit in one program: more rows than groups, odd widths.
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("shape", [(5, 40000), (300, 131072), (7, 262144 + 3), (2, 2**20)] if ON_GPU else
+                         [(3, 40000), (2, 262144 + 3), (1, 2**20)])  # the interpreter: seconds each
+def test_wide_rows(shape, dtype):
+    """The default configuration on rows that do not fit in one program: more rows than groups, odd widths
+    (on the GPU one cooperative launch, in the interpreter the same kernels in two launches).
     Relative tolerances: each y of a row this wide is ~1e-5 or less, under any absolute one (zeros would pass);
     fp16's y there are subnormal (below 6.1e-5), so it is also allowed its subnormal spacing, 2^-24."""
     tol = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
