@@ -55,5 +55,5 @@ onerror:
     else:
         _what = "No job failed: Snakemake was stopped (SIGTERM waits for the running jobs) before the run was complete"
     print(f"{_what}. Every table written is complete (tables are written atomically); `snakemake -n` lists what "
-          "is left and `snakemake --cores all` goes on from there (with this command's --configfile and --config, if it "
-          "had any: they name the run and its settings).", file=sys.stderr)
+          "is left and `snakemake --cores all` goes on from there (with this command's --configfile and --config, "
+          "if it had any: they name the run and its settings).", file=sys.stderr)
