@@ -9,12 +9,13 @@ element: one for its chunk's partial sum, one for the output, because it keeps t
 an fp32 chunk's registers) rather than its exps. At copy speed on the H200 (4252 GB/s over 132 SMs at 1.98 GHz:
 16.3 bytes a clock an SM, 4 bytes a bf16 element read and written) that is about 8 exps a clock an SM, half of
 what its special-function units issue (16); fp32's one exp per 8 bytes is an eighth. The committed H200 run at
-4c54920 had the bf16 forward at 0.54-0.62 of copy past 65536 columns, the H100 run at 72fecaa 0.83 / 0.77 at
-262144 / 2^20 against fp32's 0.90 / 0.87.
+4c54920 had the bf16 forward at 0.666 / 0.627 of copy at 262144 / 2^20 columns (fp32 0.759 / 0.755), the H100
+run at 72fecaa 0.826 / 0.768 (fp32 0.899 / 0.873).
 
 Here the chunk's exps (of x minus each lane's max) are packed in its place, rounded to the rows' 16-bit format by
 the GPU's paired conversion, and the output is each lane's exps times one scale (exp(lane max - row max) / row
-sum): a multiply where there was an exp, the registers as before. The price is a second rounding: the output is
+sum): a multiply where there was an exp, in no more registers (built for sm_90 with CI's triton, 8192 columns
+on 4 warps: 128 a thread against 156; MUFU instructions 187 against 246). The price is a second rounding: the output is
 within about one unit in the last place of the correctly rounded softmax, against half a unit (the ``ulps``
 column: the largest distance from torch's fp32 softmax rounded to the rows' format, in units of that format).
 
