@@ -342,11 +342,13 @@ def _load_chunk(x_ptr, row, x_row, cols, x_col, n_cols, n_rows, EVEN: tl.constex
 
 @triton.jit
 def _publish(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr, PACKED: tl.constexpr,
-             LANES: tl.constexpr = 1):
+             LANES: tl.constexpr = 1, KEEP: tl.constexpr = False):
     """Write a chunk's partials, the max m and the sum of e = exp(x - m), and (PHASE 0) count in. Returns
     (e, m): the output is then e * exp(m - row max) / row sum, one exp per element rather than two. PACKED
     returns x as it is (its words hold a chunk in half an fp32 chunk's registers), the output's exps taken
-    again from it. The partials are taken per lane first (LANES columns of x: a thread's own where LANES is the
+    again from it; PACKED with KEEP returns its exps packed likewise (rounded to the rows' format: the output is
+    then within about 1 ulp rather than 0.5; workflow/scripts/bench_softmax_keep.py measures it, not a default).
+    The partials are taken per lane first (LANES columns of x: a thread's own where LANES is the
     threads times their 16-byte vectors), so that the exps wait for no block-wide max, then combined in one
     block reduction rather than two; m is then each lane's max."""
     lanes = tl.reshape(x, [x.shape[0] // LANES, LANES])
@@ -354,8 +356,13 @@ def _publish(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr,
         even, odd = _unpack(lanes, PACKED)
         lane_m = tl.maximum(tl.max(even, axis=0), tl.max(odd, axis=0))
         lane_safe = _finite(lane_m)[None, :]  # a lane of -inf sums to 0, not NaN
-        lane_l = tl.sum(tl.exp2((even - lane_safe) * LOG2E) + tl.exp2((odd - lane_safe) * LOG2E), axis=0)
-        e = x
+        e_even = tl.exp2((even - lane_safe) * LOG2E)
+        e_odd = tl.exp2((odd - lane_safe) * LOG2E)
+        lane_l = tl.sum(e_even + e_odd, axis=0)
+        if KEEP:
+            e = tl.reshape(_pack(e_even, e_odd, PACKED), [x.shape[0]])
+        else:
+            e = x
     else:
         lane_m = tl.max(lanes, axis=0)
         lane_safe = _finite(lane_m)[None, :]
@@ -401,14 +408,15 @@ def _combined(ms, ls):
 def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col,
                    n_groups, CHUNK: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
                    PHASE: tl.constexpr, EVEN: tl.constexpr, PACKED: tl.constexpr, LANES: tl.constexpr = 1,
-                   UNIT: tl.constexpr = 1):
+                   UNIT: tl.constexpr = 1, KEEP: tl.constexpr = False):
     """Program (group, chunk) handles columns [chunk * CHUNK, +CHUNK) of rows group, group + n_groups, ...
     PHASE 0: the whole softmax, waiting at each row's counter (GPU); 1: partials only; 2: output from
     partials. The loop runs a row ahead: before it waits for the other programs' partials of a row, it
     publishes its partials of the next row and issues the loads of the one after, so that a wait
     overlaps with work and loads. EVEN: the chunks cover the rows exactly, so no column is masked. PACKED:
     16-bit rows seen as 32-bit words of two columns (n_cols, CHUNK and the strides count words), their
-    partials taken over LANES lanes (_publish). n_cols and the row strides come divided by UNIT (_unit)."""
+    partials taken over LANES lanes (_publish; KEEP: their exps held, packed, rather than the words as loaded).
+    n_cols and the row strides come divided by UNIT (_unit)."""
     n_cols, x_row, out_row = n_cols * UNIT, x_row * UNIT, out_row * UNIT
     pid = tl.program_id(0)
     group = pid // SPLITS  # < n_rows: the launch never has more groups than rows
@@ -419,7 +427,7 @@ def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row,
     m = tl.full([LANES], 0.0, tl.float32)
     if PHASE != 2:  # from here on x holds exp(x - m), m its lanes' maxima (PACKED: x as loaded)
         x, m = _publish(x, part_ptr + tl.cast(group, tl.int64) * (2 * SPLITS), counter_ptr + group, chunk,
-                        SPLITS, PHASE, PACKED, LANES)
+                        SPLITS, PHASE, PACKED, LANES, KEEP)
     following = _load_chunk(x_ptr, group + n_groups, x_row, cols, x_col, n_cols, n_rows, EVEN, PACKED)
     for row in range(group, n_rows, n_groups):
         r = tl.cast(row, tl.int64)
@@ -428,7 +436,7 @@ def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row,
             if row + n_groups < n_rows:
                 following, m_following = _publish(following, part_ptr + (r + n_groups) * (2 * SPLITS),
                                                    counter_ptr + row + n_groups, chunk, SPLITS, PHASE, PACKED,
-                                                   LANES)
+                                                   LANES, KEEP)
         after = _load_chunk(x_ptr, row + 2 * n_groups, x_row, cols, x_col, n_cols, n_rows, EVEN, PACKED)
         if PHASE == 0:
             _wait(counter_ptr + row, SPLITS)
@@ -437,7 +445,11 @@ def _split_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row,
             ms = tl.load(part + splits, mask=splits < SPLITS, other=-float("inf"), volatile=True)
             ls = tl.load(part + SPLITS + splits, mask=splits < SPLITS, other=0.0, volatile=True)
             row_max, total = _combined(ms, ls)
-            if PACKED:
+            if PACKED and KEEP and PHASE != 2:  # x holds the exps (_publish)
+                scale = (tl.exp2((m - row_max) * LOG2E) / total)[None, :]  # a lane's
+                even, odd = _unpack(tl.reshape(x, [CHUNK // LANES, LANES]), PACKED)
+                y = tl.reshape(_pack(even * scale, odd * scale, PACKED), [CHUNK])
+            elif PACKED:
                 even, odd = _unpack(x, PACKED)
                 log2_scale = -tl.log2(total)
                 y = _pack(tl.exp2(tl.fma(even - row_max, LOG2E, log2_scale)),
@@ -803,6 +815,7 @@ class Settings:
     ahead: bool = False  # the backward's split path runs a row ahead (_split_backward's AHEAD)
     packed: bool = False  # the split path holds 16-bit rows in pairs (PACKED), where the rows allow it (_in_words)
     align: bool = False  # the two-pass path walks rows from their 16-byte boundaries (ALIGN), where they allow it
+    keep: bool = False  # the packed split forward holds its chunks' exps (KEEP; measured by a bench, no default)
 
 
 MAX_COLS = 2**31 - 2**16  # column offsets are 32-bit in every path, a chunk (<= 32768) past the last column included
@@ -818,14 +831,15 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
                     tile: int | None = None, row_limit: int | None = None, chunk: int | None = None,
                     warps: int | None = None, segment: int | None = None, reload: bool | None = None,
                     prefetch: bool | None = None, ahead: bool | None = None, packed: bool | None = None,
-                    align: bool | None = None, unaligned: bool = False) -> Settings:
+                    align: bool | None = None, keep: bool = False, unaligned: bool = False) -> Settings:
     """The one place softmax's sizes are chosen (the tuned defaults above), by row width, element size,
     direction, (bf16) whether 16-bit rows are bf16, and (unaligned) whether they are rows that no 16-byte vector
     divides that the aligned walk can take (_settings sees the tensors): then UNALIGNED's entry, where it has
     sizes, gives the defaults (its walk aligned unless it says "plain"). Keyword overrides, for tuning and tests,
     replace a default each (the others stay the width's defaults): row_limit (columns) moves the rows path's end,
     segment picks the path past it (0: split, > 0: two-pass), ahead a split backward's form, packed the split
-    path's (16-bit rows only), align the two-pass path's walk from 16-byte boundaries. Sizes are in elements; the
+    path's (16-bit rows only), keep the packed forward's KEEP, align the two-pass path's walk from 16-byte
+    boundaries. Sizes are in elements; the
     forward's default tile holds TILE_BYTES of input.
     Raises ValueError past MAX_COLS columns."""
     if not 1 <= n_cols <= MAX_COLS:
@@ -864,7 +878,7 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
     default_ahead = form in (["ahead"], ["packed"])
     return Settings(True, 1, 0, chunk or default_chunk, warps or default_warps, segment,
                     ahead=split_backward and (default_ahead if ahead is None else ahead), packed=packed,
-                    align=bool(segment and align))
+                    align=bool(segment and align), keep=packed and not backward and keep)
 
 
 @functools.lru_cache(maxsize=None)
@@ -1056,7 +1070,7 @@ def _forward(x: torch.Tensor, out: torch.Tensor, **overrides) -> torch.Tensor:
         reach = 16 if cfg.align else unit  # the adjacent columns a thread can load at once (_vector)
         lanes = _lanes(cfg, x.element_size(), reach)
         form = (dict(FAST=out.element_size() <= 2, VEC=min(_vector(cfg, x.element_size(), reach), lanes),
-                     ALIGN=cfg.align) if cfg.segment else dict(PACKED=_pairs(cfg, x)))
+                     ALIGN=cfg.align) if cfg.segment else dict(PACKED=_pairs(cfg, x), KEEP=cfg.keep))
         _split_launch(_two_pass_forward if cfg.segment else _split_forward,
                       dict(out_ptr=t[0], x_ptr=t[1],
                            **dict(zip(("x_row", "x_col", "out_row", "out_col"), _strides(unit, t[1], t[0])))),

@@ -175,7 +175,8 @@ def test_the_wide_softmax_kernels_compile_in_every_form():
                      for even in (False, True)] + [dict(EVEN=False, FAST=size == 2, LANES=sm._lanes(launched, size, 16),
                                                         VEC=vector, ALIGN=True, UNIT=1)]
         else:
-            forms = [dict(EVEN=even, PACKED=p, LANES=sm._lanes(launched, size, vector)) for even in (False, True) for p in pairs]
+            forms = [dict(EVEN=even, PACKED=p, KEEP=False, LANES=sm._lanes(launched, size, vector))
+                     for even in (False, True) for p in pairs]
         splits = triton.cdiv(n_cols, cfg.segment or cfg.chunk)
         types = dict(**dict.fromkeys(tensors, "*i32" if cfg.packed else f"*{elt}"), part_ptr="*fp32",
                      counter_ptr="*i32", **dict.fromkeys(("n_rows", "n_cols", *strides, "n_groups"), "i32"))

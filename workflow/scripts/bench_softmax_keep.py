@@ -12,12 +12,13 @@ what its special-function units issue (16); fp32's one exp per 8 bytes is an eig
 4c54920 had the bf16 forward at 0.666 / 0.627 of copy at 262144 / 2^20 columns (fp32 0.759 / 0.755), the H100
 run at 72fecaa 0.826 / 0.768 (fp32 0.899 / 0.873).
 
-Here the chunk's exps (of x minus each lane's max) are packed in its place, rounded to the rows' 16-bit format by
-the GPU's paired conversion, and the output is each lane's exps times one scale (exp(lane max - row max) / row
-sum): a multiply where there was an exp, in no more registers (built for sm_90 with CI's triton, 8192 columns
-on 4 warps: 128 a thread against 156; MUFU instructions 187 against 246). The price is a second rounding: the output is
-within about one unit in the last place of the correctly rounded softmax, against half a unit (the ``ulps``
-column: the largest distance from torch's fp32 softmax rounded to the rows' format, in units of that format).
+Here (kernels/_softmax.py's KEEP, off by default) the chunk's exps (of x minus each lane's max) are packed in its
+place, rounded to the rows' 16-bit format by the GPU's paired conversion, and the output is each lane's exps times
+one scale (exp(lane max - row max) / row sum): a multiply where there was an exp, in no more registers (built for
+sm_90 with CI's triton, 8192 columns on 4 warps: 128 a thread against 156; MUFU instructions 187 against 246). The
+price is a second rounding: the output is within about one unit in the last place of the correctly rounded
+softmax, against half a unit (the ``ulps`` column: the largest distance from torch's fp32 softmax rounded to the
+rows' format, in units of that format).
 
 For each width and 16-bit dtype it times the public ``softmax`` (the committed defaults), the committed packed
 split forward and this one over chunk sizes, each checked against torch, beside a copy of the same tensor
@@ -29,7 +30,6 @@ import torch
 
 import kernels._softmax as sm  # first: it chooses the backend before triton is imported
 from kernels import softmax
-from kernels._triton import tl, triton
 from softmax_bench_rows import copy_gbps, timed  # a sibling: scripts run with their folder on sys.path
 from softmax_bench_rows import main as bench_main
 
@@ -37,91 +37,13 @@ BYTES = 2**28
 SIZES = [(4096, 4), (4096, 8), (8192, 4), (8192, 8), (16384, 8), (16384, 16)]  # chunk, warps
 
 
-@triton.jit
-def _publish_keep(x, part, counter, chunk, SPLITS: tl.constexpr, PHASE: tl.constexpr, PACKED: tl.constexpr,
-                  LANES: tl.constexpr):
-    """kernels/_softmax.py's _publish for packed chunks, returning the exps packed (a word's two exp(x - lane
-    max)) in place of x, and each lane's max."""
-    even, odd = sm._unpack(tl.reshape(x, [x.shape[0] // LANES, LANES]), PACKED)
-    lane_m = tl.maximum(tl.max(even, axis=0), tl.max(odd, axis=0))
-    lane_safe = sm._finite(lane_m)[None, :]  # a lane of -inf sums to 0, not NaN
-    e_even = tl.exp2((even - lane_safe) * sm.LOG2E)
-    e_odd = tl.exp2((odd - lane_safe) * sm.LOG2E)
-    m, total = sm._combined(lane_m, tl.sum(e_even + e_odd, axis=0))
-    tl.store(part + chunk, m)
-    tl.store(part + SPLITS + chunk, total)
-    if PHASE == 0:
-        sm._arrive(counter)
-    return tl.reshape(sm._pack(e_even, e_odd, PACKED), [x.shape[0]]), lane_m
-
-
-@triton.jit
-def split_forward_keep(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, x_row, x_col, out_row, out_col,
-                       n_groups, CHUNK: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
-                       PHASE: tl.constexpr, EVEN: tl.constexpr, PACKED: tl.constexpr, LANES: tl.constexpr,
-                       UNIT: tl.constexpr = 1):
-    """kernels/_softmax.py's _split_forward for packed rows (PACKED > 0), a row ahead as there, holding each
-    chunk's exps rather than the chunk (PHASE 2, the output from partials alone, takes its exps from x)."""
-    tl.static_assert(PACKED > 0, "16-bit rows held in pairs only")
-    n_cols, x_row, out_row = n_cols * UNIT, x_row * UNIT, out_row * UNIT
-    pid = tl.program_id(0)
-    group = pid // SPLITS
-    chunk = pid % SPLITS
-    cols = chunk * CHUNK + tl.arange(0, CHUNK)
-    splits = tl.arange(0, SPLITS_P2)
-    x = sm._load_chunk(x_ptr, group, x_row, cols, x_col, n_cols, n_rows, EVEN, PACKED)
-    m = tl.full([LANES], 0.0, tl.float32)
-    if PHASE != 2:
-        x, m = _publish_keep(x, part_ptr + tl.cast(group, tl.int64) * (2 * SPLITS), counter_ptr + group, chunk,
-                             SPLITS, PHASE, PACKED, LANES)
-    following = sm._load_chunk(x_ptr, group + n_groups, x_row, cols, x_col, n_cols, n_rows, EVEN, PACKED)
-    for row in range(group, n_rows, n_groups):
-        r = tl.cast(row, tl.int64)
-        m_following = tl.full([LANES], 0.0, tl.float32)
-        if PHASE != 2:
-            if row + n_groups < n_rows:
-                following, m_following = _publish_keep(following, part_ptr + (r + n_groups) * (2 * SPLITS),
-                                                       counter_ptr + row + n_groups, chunk, SPLITS, PHASE,
-                                                       PACKED, LANES)
-        after = sm._load_chunk(x_ptr, row + 2 * n_groups, x_row, cols, x_col, n_cols, n_rows, EVEN, PACKED)
-        if PHASE == 0:
-            sm._wait(counter_ptr + row, SPLITS)
-        if PHASE != 1:
-            part = part_ptr + r * (2 * SPLITS)
-            ms = tl.load(part + splits, mask=splits < SPLITS, other=-float("inf"), volatile=True)
-            ls = tl.load(part + SPLITS + splits, mask=splits < SPLITS, other=0.0, volatile=True)
-            row_max, total = sm._combined(ms, ls)
-            if PHASE == 2:
-                even, odd = sm._unpack(x, PACKED)
-                log2_scale = -tl.log2(total)
-                y = sm._pack(tl.exp2(tl.fma(even - row_max, sm.LOG2E, log2_scale)),
-                             tl.exp2(tl.fma(odd - row_max, sm.LOG2E, log2_scale)), PACKED)
-            else:
-                scale = (tl.exp2((m - row_max) * sm.LOG2E) / total)[None, :]  # a lane's
-                even, odd = sm._unpack(tl.reshape(x, [CHUNK // LANES, LANES]), PACKED)
-                y = tl.reshape(sm._pack(even * scale, odd * scale, PACKED), [CHUNK])
-            sm._store(out_ptr + r * out_row + cols * out_col, y, cols < n_cols, EVEN)
-        x = following
-        m = m_following
-        following = after
-
-
 def forward_keep(x: torch.Tensor, chunk: int, warps: int, **overrides) -> torch.Tensor:
-    """This kernel through kernels/_softmax.py's launcher, with its sizes and arguments as _forward makes them
-    for the packed split path (``overrides`` as kernels._softmax.launch_settings takes them)."""
+    """The packed split forward with KEEP at these sizes (``overrides`` as kernels._softmax.launch_settings takes
+    them)."""
     out = torch.empty_like(x)
-    cfg = sm._settings(x.shape[1], (x, out), False,
-                       dict(segment=0, chunk=chunk, warps=warps, packed=True, **overrides))
-    assert cfg.split and cfg.packed and not cfg.segment, "rows that do not take the packed split path"
-    cfg, t = sm._words(cfg, out, x)
-    unit = sm._unit(t[1].shape[1], *t)
-    lanes = sm._lanes(cfg, x.element_size(), unit)
-    sm._split_launch(split_forward_keep,
-                     dict(out_ptr=t[0], x_ptr=t[1],
-                          **dict(zip(("x_row", "x_col", "out_row", "out_col"), sm._strides(unit, t[1], t[0])))),
-                     x.shape[0], t[1].shape[1], cfg, 2, EVEN=sm._covers(t[1].shape[1], cfg), LANES=lanes, UNIT=unit,
-                     PACKED=sm._pairs(cfg, x))
-    return out
+    assert sm._settings(x.shape[1], (x, out), False, dict(segment=0, chunk=chunk, warps=warps, packed=True,
+                                                          keep=True, **overrides)).keep, "rows that do not pack"
+    return sm._forward(x, out, segment=0, chunk=chunk, warps=warps, packed=True, keep=True, **overrides)
 
 
 def forward_packed(x: torch.Tensor, chunk: int, warps: int) -> torch.Tensor:
