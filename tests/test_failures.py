@@ -99,17 +99,20 @@ def described(pids: list[int]) -> list[str]:
     return found
 
 
-SLOW_CORRECTNESS = b'''
+def slow_correctness(seconds: int) -> bytes:
+    """flash_attention's correctness experiment made to wait ``seconds`` before it computes (appended to its
+    unit by a test), so that it is surely still running when the test's signal comes."""
+    return f'''
 
 _correctness = correctness
 
 
 @experiment()
-def correctness(s: dict) -> list[dict]:  # injected by a test: still computing when the run is interrupted
+def correctness(s: dict) -> list[dict]:  # injected by a test: still computing when the signal comes
     import time
-    time.sleep(600)
+    time.sleep({seconds})
     return _correctness(s)
-'''
+'''.encode()
 
 
 @pytest.mark.parametrize("sig, group", [(signal.SIGINT, True), (signal.SIGKILL, True), (signal.SIGKILL, False)])
@@ -126,7 +129,7 @@ def test_an_interrupted_run_leaves_no_table_that_reads_as_complete(project, tmp_
     out = tmp_path / "snakemake.out"
     experiments = project / "workflow/lab/units/flash_attention.py"
     original = experiments.read_bytes()
-    experiments.write_bytes(original + SLOW_CORRECTNESS)
+    experiments.write_bytes(original + slow_correctness(600))
     proc = None
     try:
         with out.open("w") as sink:
@@ -162,6 +165,56 @@ def test_an_interrupted_run_leaves_no_table_that_reads_as_complete(project, tmp_
     smk(project, "--cores", "1", "--rerun-incomplete")
     assert pd.read_parquet(target)["status"].eq("ok").all()
     assert planned(project) == {}
+
+
+def test_ctrl_c_to_a_script_that_runs_snakemake_in_the_background_leaves_its_jobs_running(project, tmp_path):
+    """A shell script's background job (`snakemake ... &`) is started with SIGINT ignored; a Ctrl-C meant for
+    the script reaches its whole process group. The jobs must ignore it as Snakemake does: the job that is
+    computing finishes and its table stands (a job that passed the signal on failed after its experiment
+    had finished, and Snakemake deleted the finished table)."""
+    target = project / "results/tiny/flash_attention/correctness.parquet"
+    job_log = project / "results/tiny/logs/flash_attention/correctness.log"
+    job_log.unlink(missing_ok=True)
+    experiments = project / "workflow/lab/units/flash_attention.py"
+    original = experiments.read_bytes()
+    experiments.write_bytes(original + slow_correctness(5))
+    try:
+        with (tmp_path / "snakemake.out").open("w") as sink:
+            proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--cores", "1", "--forcerun",
+                                     "flash_attention", "--", str(target.relative_to(project))],
+                                    cwd=project, env=runs_in(project), start_new_session=True, stdout=sink,
+                                    stderr=subprocess.STDOUT,
+                                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+            deadline = time.monotonic() + 300
+            while not (job_log.exists() and "backend=" in job_log.read_text()):  # the job is computing
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=300)
+    finally:
+        experiments.write_bytes(original)
+    assert proc.returncode == 0, (tmp_path / "snakemake.out").read_text()[-3000:]
+    assert pd.read_parquet(target)["status"].eq("ok").all()
+    smk(project, "--cores", "1")  # the table of the slowed code is out of date with the original: made again
+    assert planned(project) == {}
+
+
+def test_a_job_leaves_a_signal_it_was_started_to_ignore_ignored():
+    """lab.job.pass_signals_on, in a process started with SIGINT ignored: SIGINT stays ignored, SIGTERM is
+    passed on to the child."""
+    code = """
+import signal, subprocess, sys
+from lab import job
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+sent, pass_on = job.pass_signals_on(child)
+print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN, signal.getsignal(signal.SIGTERM) is pass_on)
+signal.raise_signal(signal.SIGTERM)
+print(sent, child.wait())
+"""
+    done = subprocess.run([sys.executable, "-c", code], env=runs_in(ROOT), capture_output=True, text=True,
+                          timeout=120, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["True True", f"[{int(signal.SIGTERM)}] {-int(signal.SIGTERM)}"]
 
 
 def test_sigterm_to_snakemake_lets_the_running_job_finish_and_says_that_none_failed(project, tmp_path):

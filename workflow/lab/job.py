@@ -52,14 +52,7 @@ def main(argv=None) -> None:
     started = provenance.now()
     child = subprocess.Popen([sys.executable, "-m", "lab.job", *argv],
                              env={**os.environ, CHILD: "1", PARENT: str(os.getpid())})
-    sent = []
-
-    def pass_on(signum, frame):
-        sent.append(signum)
-        child.send_signal(signum)
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, pass_on)
+    sent, pass_on = pass_signals_on(child)
     end_with_workflow(os.environ.get(WORKFLOW), lambda: pass_on(signal.SIGTERM, None), child)
     status = child.wait()
     if sent:
@@ -69,6 +62,23 @@ def main(argv=None) -> None:
                             started, rerun_marker=args.rerun_marker)
     elif status > 0:
         sys.exit(status)
+
+
+def pass_signals_on(child: subprocess.Popen) -> tuple[list[int], object]:
+    """Pass SIGTERM and SIGINT on to ``child``; return the list of those sent (filled as they come) and the
+    handler. A signal this process was started to ignore stays ignored, as it is in the child, which inherits
+    that: a shell script's background job ignores SIGINT, and a Ctrl-C meant for the script must not end a
+    job whose experiment goes on to finish (the job would fail and Snakemake delete the finished table)."""
+    sent = []
+
+    def pass_on(signum, frame):
+        sent.append(signum)
+        child.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, pass_on)
+    return sent, pass_on
 
 
 def _started(pid: str) -> str | None:
