@@ -37,11 +37,26 @@ def timed(fn, ref, moved: int, copy_gbps: float, **labels) -> dict:
     return row
 
 
+def timed_rounds(runs: list, ref, moved: int, copy_gbps: float, rounds: int, **labels) -> list[dict]:
+    """timed() of each (sizes label, fn) in ``runs``, ``rounds`` times in turn (every run once a round), so that a
+    change of the GPU's state between runs falls on all of them alike; each row says its round. Two timings of one
+    launch of the split path can differ by a fifth (H100, bf16 rows of 262144 columns: 0.674 and 0.858 of copy),
+    more than the designs compared."""
+    return [timed(fn, ref, moved, copy_gbps, **labels, sizes=label, round=r) for r in range(rounds) for label, fn in runs]
+
+
 def summarize(table) -> None:
-    """The best run of each direction, dtype and width, the public kernel's beside it; then what went wrong."""
+    """The best run of each direction, dtype and width, the public kernel's beside it (over rounds: each run's
+    median, with its lowest and highest); then what went wrong."""
+    keys = ["direction", "dtype", "n_cols", "sizes"]
     ok = table[table.ok]
-    best = ok.loc[ok.groupby(["direction", "dtype", "n_cols", ok.sizes == "public"]).of_copy.idxmax()]
-    print(best[["direction", "dtype", "n_cols", "sizes", "of_copy"]].round(3).to_string(index=False))
+    columns = keys + ["of_copy"]
+    if "round" in ok:
+        of_copy = ok.groupby(keys).of_copy
+        ok = of_copy.median().reset_index().assign(low=of_copy.min().values, high=of_copy.max().values)
+        columns += ["low", "high"]
+    best = ok.loc[ok.groupby(keys[:3] + [ok.sizes == "public"]).of_copy.idxmax()]
+    print(best[columns].round(3).to_string(index=False))
     bad = table[~table.ok]  # wrong, or failed (its error said)
     if len(bad):
         print(f"{len(bad)} runs wrong or failed:", os.linesep, bad.to_string(index=False))
@@ -54,6 +69,7 @@ def main(doc: str, check, measure, widths: list[int], options=lambda parser: Non
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("out", nargs="?", help="the CSV to write")
     parser.add_argument("--widths", type=lambda s: [int(w) for w in s.split(",")], default=widths)
+    parser.add_argument("--rounds", type=int, default=1, help="times each run is timed, in turn (where measure uses it)")
     options(parser)
     parser.add_argument("--check", action="store_true", help="the interpreter check (CPU), nothing timed")
     args = parser.parse_args()
