@@ -2,7 +2,7 @@ import pytest
 import torch
 from scipy import stats
 
-from conftest import DEVICE, FLOAT_DTYPES, randn
+from conftest import DEVICE, FLOAT_DTYPES, ON_GPU, randn
 from kernels import relu_dropout, relu_dropout_backward, relu_dropout_ref, relu_dropout_writeup
 from kernels._philox import uniform4x_elements
 from kernels._triton import tl, triton
@@ -156,11 +156,24 @@ def test_bad_seed_is_refused(seed, error):
 @pytest.mark.parametrize("kernel", [relu_dropout, relu_dropout_writeup], ids=["fused", "writeup"])
 def test_the_output_is_the_same_at_any_block_size(kernel):
     """Each element's random number comes from its index alone, so the block size changes how the work is
-    split, never the output (the statistics experiment runs one large block per program in the interpreter)."""
+    split, never the output (block_size=None, in the interpreter, is one block of up to 2**17 elements)."""
     x = randn(5001, seed=5)
-    outs = [kernel(x, 0.3, 21, block_size=b) for b in (64, 1024, 8192)]
+    outs = [kernel(x, 0.3, 21, block_size=b) for b in (64, 1024, 8192, None)]
     assert all(torch.equal(outs[0], o) for o in outs[1:])
     assert not torch.equal(outs[0], kernel(x, 0.3, 22, block_size=64))  # and the seed does change it
+
+
+def test_the_default_block_spans_several_blocks_alike_forward_and_backward():
+    """relu_dropout's default block (2**17 elements in the interpreter, 1024 on a GPU) over an input of several
+    such blocks and a ragged end: the same output, and gradient, as blocks of 1024 give."""
+    from kernels import _relu_dropout
+
+    n = 2**18 + 3
+    assert _relu_dropout._default_block(n) == (1024 if ON_GPU else 2**17)
+    assert _relu_dropout._default_block(5) == 1024
+    x, dy = randn(n, seed=6), randn(n, seed=7)
+    assert torch.equal(relu_dropout(x, 0.6, 4), relu_dropout(x, 0.6, 4, block_size=1024))
+    assert torch.equal(relu_dropout_backward(dy, x, 0.6, 4), relu_dropout_backward(dy, x, 0.6, 4, block_size=1024))
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
