@@ -212,9 +212,9 @@ _relu_dropout_backward_op.register_autograd(
 def relu_dropout_writeup(x: torch.Tensor, p: float, seed: int, block_size: int = 1024) -> torch.Tensor:
     """The writeup's kernel as printed (one tl.rand per element, int32 offsets: it faults past 2**31
     elements; its relu, tl.maximum(x, 0.0), turns NaN into 0, where torch.relu and relu_dropout keep it);
-    same contract as relu_dropout otherwise (block_size=None: _default_block). Not differentiable: an input that requires grad
-    is refused (RuntimeError). Inside torch.compile it runs eagerly (a graph break, so fullgraph=True
-    refuses it)."""
+    same contract as relu_dropout otherwise (block_size=None: _default_block). Not differentiable: an input
+    that requires grad is refused (RuntimeError). Inside torch.compile it runs eagerly (a graph break, so
+    fullgraph=True refuses it)."""
     p, seed, block_size = _check_args(x, p, seed, block_size)
     _checks.forward_only("relu_dropout_writeup", x=x)
     return _launch(_relu_dropout_writeup_kernel, x, p, seed, block_size)

@@ -42,7 +42,8 @@ def timed_rounds(runs: list, ref, moved: int, copy_gbps: float, rounds: int, **l
     change of the GPU's state between runs falls on all of them alike; each row says its round. Two timings of one
     launch of the split path can differ by a fifth (H100, bf16 rows of 262144 columns: 0.674 and 0.858 of copy),
     more than the designs compared."""
-    return [timed(fn, ref, moved, copy_gbps, **labels, sizes=label, round=r) for r in range(rounds) for label, fn in runs]
+    return [timed(fn, ref, moved, copy_gbps, **labels, sizes=label, round=r)
+            for r in range(rounds) for label, fn in runs]
 
 
 def summarize(table) -> None:
