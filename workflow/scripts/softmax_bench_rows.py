@@ -39,10 +39,10 @@ def timed(fn, ref, moved: int, copy_gbps: float, **labels) -> dict:
 
 def timed_rounds(runs: list, ref, moved: int, copy_gbps: float, rounds: int, **labels) -> list[dict]:
     """timed() of each (sizes label, fn) in ``runs``, ``rounds`` times in turn (every run once a round), so that a
-    change of the GPU's state between runs falls on all of them alike; each row says its round. Two timings of one
-    launch of the split path can differ by a fifth (H100, bf16 rows of 262144 columns: 0.674 and 0.858 of copy),
-    more than the designs compared."""
-    return [timed(fn, ref, moved, copy_gbps, **labels, sizes=label, round=r)
+    change of the GPU's state between runs falls on all of them alike; each row says its round. ``ref``: the
+    reference of every run, or a dict of them by label. Two timings of one launch of the split path can differ
+    by a fifth (H100, bf16 rows of 262144 columns: 0.674 and 0.858 of copy), more than the designs compared."""
+    return [timed(fn, ref[label] if isinstance(ref, dict) else ref, moved, copy_gbps, **labels, sizes=label, round=r)
             for r in range(rounds) for label, fn in runs]
 
 
