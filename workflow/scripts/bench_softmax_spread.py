@@ -9,8 +9,8 @@ On an H100 the split forward, timed twice in one process with the same settings,
 same memory from torch's caching allocator (the output, the partials, the counters), so one timing sees one
 placement and the next may see another. Here x and out are views into larger buffers at chosen byte offsets
 (PLACEMENTS, multiples of 16 bytes), and each placement is timed ``--rounds`` times in turn, a copy between the
-same two views beside it (``of_copy`` divides by the copy at offsets 0 and 0, ``copy`` rows give each
-placement's own): if the spread follows the placements, placement decides it; if one placement spreads as much
+same two views beside it (``of_copy`` divides by one copy of x at offset 0 into a fresh tensor; the ``copy``
+rows give each placement's own): if the spread follows the placements, placement decides it; if one placement spreads as much
 across rounds, it does not. The summary gives each run's median over rounds with its lowest and highest.
 """
 from __future__ import annotations
