@@ -839,8 +839,7 @@ def launch_settings(n_cols: int, element_size: int, backward: bool = False, *, b
     replace a default each (the others stay the width's defaults): row_limit (columns) moves the rows path's end,
     segment picks the path past it (0: split, > 0: two-pass), ahead a split backward's form, packed the split
     path's (16-bit rows only), keep the packed forward's KEEP, align the two-pass path's walk from 16-byte
-    boundaries. Sizes are in elements; the
-    forward's default tile holds TILE_BYTES of input.
+    boundaries. Sizes are in elements; the forward's default tile holds TILE_BYTES of input.
     Raises ValueError past MAX_COLS columns."""
     if not 1 <= n_cols <= MAX_COLS:
         raise ValueError(f"n_cols must be 1..{MAX_COLS} (column offsets are 32-bit), got {n_cols}")

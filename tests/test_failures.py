@@ -99,6 +99,27 @@ def described(pids: list[int]) -> list[str]:
     return found
 
 
+CORRECTNESS = "results/tiny/flash_attention/correctness.parquet"  # the table the signal tests interrupt
+CORRECTNESS_LOG = "results/tiny/logs/flash_attention/correctness.log"
+
+
+def start_correctness(project: Path, sink, **popen) -> subprocess.Popen:
+    """Snakemake made to run flash_attention's correctness job again (tiny config), its output to ``sink``."""
+    (project / CORRECTNESS_LOG).unlink(missing_ok=True)
+    return subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--cores", "1", "--forcerun",
+                             "flash_attention", "--", CORRECTNESS], cwd=project, env=runs_in(project), stdout=sink,
+                            stderr=subprocess.STDOUT, **popen)
+
+
+def wait_until_computing(project: Path, proc: subprocess.Popen) -> None:
+    """Until the correctness job's log says its backend: the job is computing (five minutes allowed)."""
+    job_log = project / CORRECTNESS_LOG
+    deadline = time.monotonic() + 300
+    while not (job_log.exists() and "backend=" in job_log.read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+
+
 def slow_correctness(seconds: int) -> bytes:
     """flash_attention's correctness experiment made to wait ``seconds`` before it computes (appended to its
     unit by a test), so that it is surely still running when the test's signal comes."""
@@ -123,9 +144,7 @@ def test_an_interrupted_run_leaves_no_table_that_reads_as_complete(project, tmp_
     tiny job itself can finish within end_with_workflow's poll of a second), and that one left running is seen
     (a minute and a half allowed for the ending, on a loaded machine). Whatever fails, nothing of the run
     outlives the test (the next test's run would find it holding the directory)."""
-    target = project / "results/tiny/flash_attention/correctness.parquet"
-    job_log = project / "results/tiny/logs/flash_attention/correctness.log"
-    job_log.unlink(missing_ok=True)
+    target, job_log = project / CORRECTNESS, project / CORRECTNESS_LOG
     out = tmp_path / "snakemake.out"
     experiments = project / "workflow/lab/units/flash_attention.py"
     original = experiments.read_bytes()
@@ -133,14 +152,8 @@ def test_an_interrupted_run_leaves_no_table_that_reads_as_complete(project, tmp_
     proc = None
     try:
         with out.open("w") as sink:
-            proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--cores", "1", "--forcerun",
-                                     "flash_attention", "--", str(target.relative_to(project))],
-                                    cwd=project, env=runs_in(project), start_new_session=True, stdout=sink,
-                                    stderr=subprocess.STDOUT)
-            deadline = time.monotonic() + 300
-            while not (job_log.exists() and "backend=" in job_log.read_text()):  # the job is computing
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.2)
+            proc = start_correctness(project, sink, start_new_session=True)
+            wait_until_computing(project, proc)
             (os.killpg if group else os.kill)(proc.pid, sig)
             deadline = time.monotonic() + 90
             while alive := living_in_group(proc.pid, besides=proc.pid):  # Snakemake not yet reaped: a zombie
@@ -172,29 +185,20 @@ def test_ctrl_c_to_a_script_that_runs_snakemake_in_the_background_leaves_its_job
     the script reaches its whole process group. The jobs must ignore it as Snakemake does: the job that is
     computing finishes and its table stands (a job that passed the signal on failed after its experiment
     had finished, and Snakemake deleted the finished table)."""
-    target = project / "results/tiny/flash_attention/correctness.parquet"
-    job_log = project / "results/tiny/logs/flash_attention/correctness.log"
-    job_log.unlink(missing_ok=True)
     experiments = project / "workflow/lab/units/flash_attention.py"
     original = experiments.read_bytes()
     experiments.write_bytes(original + slow_correctness(5))
     try:
         with (tmp_path / "snakemake.out").open("w") as sink:
-            proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--cores", "1", "--forcerun",
-                                     "flash_attention", "--", str(target.relative_to(project))],
-                                    cwd=project, env=runs_in(project), start_new_session=True, stdout=sink,
-                                    stderr=subprocess.STDOUT,
-                                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-            deadline = time.monotonic() + 300
-            while not (job_log.exists() and "backend=" in job_log.read_text()):  # the job is computing
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.2)
+            proc = start_correctness(project, sink, start_new_session=True,
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+            wait_until_computing(project, proc)
             os.killpg(proc.pid, signal.SIGINT)
             proc.wait(timeout=300)
     finally:
         experiments.write_bytes(original)
     assert proc.returncode == 0, (tmp_path / "snakemake.out").read_text()[-3000:]
-    assert pd.read_parquet(target)["status"].eq("ok").all()
+    assert pd.read_parquet(project / CORRECTNESS)["status"].eq("ok").all()
     smk(project, "--cores", "1")  # the table of the slowed code is out of date with the original: made again
     assert planned(project) == {}
 
@@ -220,24 +224,16 @@ print(sent, child.wait())
 def test_sigterm_to_snakemake_lets_the_running_job_finish_and_says_that_none_failed(project, tmp_path):
     """Snakemake stops gracefully on SIGTERM: the running job completes its table, and Snakemake still ends
     with 'At least one job did not complete successfully'; the workflow says no job failed."""
-    target = project / "results/tiny/flash_attention/correctness.parquet"
-    job_log = project / "results/tiny/logs/flash_attention/correctness.log"
-    job_log.unlink(missing_ok=True)
     out = tmp_path / "snakemake.out"
     with out.open("w") as sink:
-        proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "tests/tiny_config.yaml", "--cores", "1", "--forcerun",
-                                 "flash_attention", "--", str(target.relative_to(project))],
-                                cwd=project, env=runs_in(project), stdout=sink, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 300
-        while not (job_log.exists() and "backend=" in job_log.read_text()):  # the job is computing
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
+        proc = start_correctness(project, sink)
+        wait_until_computing(project, proc)
         proc.send_signal(signal.SIGTERM)  # to Snakemake alone, as a scheduler or `kill` sends it
         proc.wait(timeout=300)
     text = out.read_text()
     assert proc.returncode != 0 and "did not complete successfully" in text
     assert "No job failed: Snakemake was stopped" in text and "A job failed" not in text
-    assert pd.read_parquet(target)["status"].eq("ok").all()
+    assert pd.read_parquet(project / CORRECTNESS)["status"].eq("ok").all()
     assert not set(planned(project)) & EXPERIMENT_RULES  # the table stands: no experiment to run again
 
 
