@@ -60,8 +60,11 @@ def select(requested: str | None = None) -> str:
     backend = resolve(requested)
     if backend == "interpreter" and os.environ.get("TRITON_INTERPRET") != "1":
         if "triton" in sys.modules:  # its own @jit helpers (tl.max, tl.rand, ...) are already compiled-mode
-            raise RuntimeError("triton was imported before the interpreter was chosen; import kernels first, "
-                               "or set TRITON_INTERPRET=1 before importing triton")
+            raise RuntimeError(
+                "triton was imported before the kernels chose Triton's interpreter (import kernels loads no "
+                "kernel; torch.compile and torch.use_deterministic_algorithms import triton too): call "
+                "kernels.backend.select() before whatever imports triton, or set TRITON_INTERPRET=1 in the "
+                "environment")
         os.environ["TRITON_INTERPRET"] = "1"
     os.environ[ENV_VAR] = backend
     _selected = backend

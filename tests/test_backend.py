@@ -57,3 +57,23 @@ def test_aot_backend_refuses_to_launch_naming_itself():
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) == 3 and all("'aot' backend" in line and "cannot launch" in line for line in lines), done.stdout
+
+
+def test_triton_loaded_before_the_interpreter_is_chosen_is_refused_with_advice_that_works():
+    """torch.use_deterministic_algorithms (like torch.compile) imports triton; after that Triton's interpreter
+    can no longer be chosen (triton's own @jit helpers are built in compiled mode). The refusal names a step
+    that works, and taking it does."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["KERNELS_BACKEND"] = "interpreter"
+    call = "print(kernels.softmax(torch.zeros(2, 3)).sum().item())"
+    loads_triton = "torch.use_deterministic_algorithms(True)\nimport triton"
+    late = f"import torch, kernels\n{loads_triton}\n{call}"
+    early = f"import torch, kernels\nkernels.backend.select()\n{loads_triton}\n{call}"
+    refused, taken = (subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                     timeout=300) for code in (late, early))
+    assert refused.returncode != 0 and "call kernels.backend.select() before" in refused.stderr, refused.stderr
+    assert taken.returncode == 0 and float(taken.stdout) == 2.0, taken.stderr
