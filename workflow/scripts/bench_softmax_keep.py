@@ -27,8 +27,16 @@ at 8192/w4, against the committed form's 0.821 / 0.816); at 262144 the best were
 both directions (8192/w4 bf16: 0.858 committed, 0.476 kept; 8192/w8: 0.651 and 0.846), and the public call,
 the same launch as the committed form at 8192/w4, ran at 0.674 against its 0.858 for bf16 rows of 262144 columns
 and 0.755 against 0.821 at 2^20 (fp16 0.853 / 0.852, 0.817 / 0.816): the split path's run-to-run spread is larger
-than the difference measured, so nothing was decided (hence ``--rounds``). Both forms were within 1 ulp. Not yet run
-on an H200, where the exps' share of the special-function units is the larger.
+than the difference measured, so nothing was decided (hence ``--rounds``). Both forms were within 1 ulp.
+
+Again on another H100 80GB HBM3 (at 0525a35, ``--rounds 3``; median, lowest-highest): each size's median held
+within 0.005 across rounds apart from single slow timings (lowest 0.259 for the committed form at 8192/w4, bf16,
+262144), but sizes moved between the two sessions (kept 8192/w4 at 262144: 0.476 then, 0.656 now). At 2^20 the kept
+exps led: 0.836 (0.835-0.840) bf16 and 0.830 fp16 at 8192/w4, against the committed form's 0.819 / 0.822 and the
+public call's 0.824 / 0.821; at 262144 the committed form did: public 0.858 / 0.854, committed 8192/w4 0.855 /
+0.856, kept at best 0.845 / 0.846 (8192/w8). A gain of 0.01-0.015 at 2^20 alone, inside what one session to the
+next moves: KEEP stays off. Not yet run on an H200, where the exps' share of the special-function units is the
+larger.
 
 For each width and 16-bit dtype it times the public ``softmax`` (the committed defaults), the committed packed
 split forward and this one over chunk sizes, each checked against torch, beside a copy of the same tensor

@@ -2,6 +2,7 @@
 only; not part of the pipeline).
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_softmax_spread.py out.csv [--widths 262144,1048576] [--rounds 3]
+        [--scratch]
     PYTHONPATH=.:workflow python workflow/scripts/bench_softmax_spread.py --check    # the CPU, Triton's interpreter
 
 On an H100 the split forward, timed twice in one process with the same settings, ran at 0.674 and 0.858 of copy
@@ -12,26 +13,86 @@ placement and the next may see another. Here x and out are views into larger buf
 same two views beside it (``of_copy`` divides by one copy of x at offset 0 into a fresh tensor; the ``copy``
 rows give each placement's own): if the spread follows the placements, placement decides it; if one placement spreads as much
 across rounds, it does not. The summary gives each run's median over rounds with its lowest and highest.
+
+On an H100 (stop 73, --rounds 3) it did not: one placement ran at 0.924 / 0.923 / 0.824 (fp32, 262144 columns)
+and 0.914 / 0.913 / 0.532 (fp32, 2^20), 0.859 / 0.858 / 0.719 (bf16, 262144), the copies between the same views
+within 0.005 each round; placement itself moved softmax by 0.01-0.02 (x 66048 bytes in, out 2^20 + 16: 0.90
+against 0.92, and that copy 0.98). What a placed x and out leave free is the scratch each call allocates: the
+partials and the counters. ``--scratch`` times the public forward at placement (0, 0) with them as the call
+allocates them (``fresh``, their addresses recorded for each timing, modulo 2 MiB) and pinned at byte offsets
+SCRATCH into buffers made once, over --rounds: if slow timings follow the scratch's addresses, or vanish
+when it is pinned, the scratch's placement is the cause.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
 import kernels._softmax as sm  # first: it chooses the backend before triton is imported
 from kernels import softmax
-from softmax_bench_rows import copy_gbps, timed_rounds  # a sibling: scripts run with their folder on sys.path
+from softmax_bench_rows import copy_gbps, timed, timed_rounds  # a sibling: scripts run with their folder on sys.path
 from softmax_bench_rows import main as bench_main
 
 BYTES = 2**28
 DTYPES = (torch.bfloat16, torch.float32)
 # (x's offset, out's offset) in bytes from their buffers' starts (which torch aligns to 512 bytes)
 PLACEMENTS = [(0, 0), (0, 4096), (4096, 0), (65536 + 512, 2**20 + 16), (2**20 + 16, 65536 + 512)]
+SCRATCH = [None, 0, 128, 4096, 65536 + 16]  # None: as the call allocates it ('fresh')
 
 
-def view_at(buffer: torch.Tensor, offset: int, shape: tuple[int, int]) -> torch.Tensor:
-    """The (rows, columns) tensor starting ``offset`` bytes into the 1-D ``buffer``."""
+def view_at(buffer: torch.Tensor, offset: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """The tensor of ``shape`` starting ``offset`` bytes into the 1-D ``buffer``."""
     start = offset // buffer.element_size()
-    return buffer[start:start + shape[0] * shape[1]].view(shape)
+    return buffer[start:start + math.prod(shape)].view(shape)
+
+
+class Scratch:
+    """Stands in for torch inside kernels._softmax: records where each split launch's partials (torch.empty,
+    fp32, rows x partials) and counters (torch.zeros, int32) lie, modulo 2 MiB, and, given a byte ``offset``,
+    hands them out at that offset in buffers made once instead (the counters zeroed at each call, as
+    torch.zeros does)."""
+
+    def __init__(self, offset: int | None):
+        self.offset, self.seen, self.buffers = offset, set(), {}
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def _scratch(self, kind: str, shape, dtype, device, zero: bool) -> torch.Tensor:
+        shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+        if self.offset is None:
+            t = (torch.zeros if zero else torch.empty)(shape, dtype=dtype, device=device)
+        else:
+            room = math.prod(shape) + self.offset // dtype.itemsize
+            if kind not in self.buffers or self.buffers[kind].numel() < room:
+                self.buffers[kind] = torch.empty(room, dtype=dtype, device=device)
+            t = view_at(self.buffers[kind], self.offset, shape)
+            if zero:
+                t.zero_()
+        self.seen.add(f"{kind}@{t.data_ptr() % 2**21:#x}")
+        return t
+
+    def empty(self, shape, *, dtype=None, device=None, **kwargs):
+        if dtype is torch.float32 and isinstance(shape, tuple) and len(shape) == 2 and not kwargs:  # (rows, partials)
+            return self._scratch("part", shape, dtype, device, zero=False)
+        return torch.empty(shape, dtype=dtype, device=device, **kwargs)
+
+    def zeros(self, shape, *, dtype=None, device=None, **kwargs):
+        if dtype is torch.int32 and not kwargs:
+            return self._scratch("counter", shape, dtype, device, zero=True)
+        return torch.zeros(shape, dtype=dtype, device=device, **kwargs)
+
+
+def with_scratch(stand_in: Scratch, fn):
+    """fn, run with ``stand_in`` as kernels._softmax's torch."""
+    def run():
+        sm.torch = stand_in
+        try:
+            return fn()
+        finally:
+            sm.torch = torch
+    return run
 
 
 def buffers(shape: tuple[int, int], dtype: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,6 +111,12 @@ def check() -> None:
             assert sm._settings(shape[1], (x, out), False, dict(row_limit=16, chunk=64)).split
             sm._forward(x, out, row_limit=16, chunk=64)
             torch.testing.assert_close(out.float(), torch.softmax(x.float(), -1), atol=1e-3, rtol=1e-2)
+        for offset in SCRATCH:
+            stand_in, out = Scratch(offset), torch.full(shape, float("nan"), dtype=dtype)
+            with_scratch(stand_in, lambda: sm._forward(x, out, row_limit=16, chunk=64, segment=0))()  # the split path
+            torch.testing.assert_close(out.float(), torch.softmax(x.float(), -1), atol=1e-3, rtol=1e-2)
+            assert {s.split("@")[0] for s in stand_in.seen} == {"part", "counter"}, stand_in.seen
+            assert sm.torch is torch
     print("interpreter check passed")
 
 
@@ -73,5 +140,26 @@ def measure(widths: list[int], rounds: int) -> list[dict]:
     return rows
 
 
+def measure_scratch(widths: list[int], rounds: int) -> list[dict]:
+    rows = []
+    for dtype in DTYPES:
+        for n in widths:
+            shape = (max(1, BYTES // (n * dtype.itemsize)), n)
+            x = torch.randn(shape, device="cuda").to(dtype)
+            out, want, base = torch.empty_like(x), torch.softmax(x.float(), -1), copy_gbps(x)
+            stand_ins = [Scratch(offset) for offset in SCRATCH]  # made once: a pinned scratch is the same every round
+            for r in range(rounds):
+                for stand_in in stand_ins:
+                    stand_in.seen = set()  # this timing's addresses
+                    call = with_scratch(stand_in, lambda: softmax(x, out=out))
+                    row = timed(call, want, 2 * x.numel() * x.element_size(), base, direction="forward",
+                                dtype=str(dtype)[6:], n_cols=n, n_rows=shape[0], round=r,
+                                sizes=f"scratch {'fresh' if stand_in.offset is None else stand_in.offset}")
+                    rows.append(dict(row, scratch=" ".join(sorted(stand_in.seen))))
+    return rows
+
+
 if __name__ == "__main__":
-    bench_main(__doc__, check, lambda args: measure(args.widths, args.rounds), [262144, 2**20])
+    bench_main(__doc__, check, lambda args: (measure_scratch if args.scratch else measure)(args.widths, args.rounds),
+               [262144, 2**20], lambda parser: parser.add_argument(
+                   "--scratch", action="store_true", help="time the scratch's placements, not x's and out's"))
