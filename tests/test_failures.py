@@ -90,12 +90,15 @@ def living_in_group(pgid: int, besides: int) -> list[int]:
 
 
 def described(pids: list[int]) -> list[str]:
-    """Each process's pid and command line, for a failure's message."""
+    """Each process's pid, command line, state and signal masks (blocked, ignored, caught), for a failure's
+    message: why a signal did not end it."""
     found = []
     for pid in pids:
         with contextlib.suppress(OSError):  # it ended meanwhile
             command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            found.append(f"{pid} {command[:160]}")
+            status = [line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                      if line.startswith(("State", "SigBlk", "SigIgn", "SigCgt"))]
+            found.append(f"{pid} {command[:160]} {' '.join(' '.join(status).split())}")
     return found
 
 
@@ -157,7 +160,8 @@ def test_an_interrupted_run_leaves_no_table_that_reads_as_complete(project, tmp_
             (os.killpg if group else os.kill)(proc.pid, sig)
             deadline = time.monotonic() + 90
             while alive := living_in_group(proc.pid, besides=proc.pid):  # Snakemake not yet reaped: a zombie
-                assert time.monotonic() < deadline, f"the run's jobs outlived it: {described(alive)}"
+                assert time.monotonic() < deadline, (f"the run's jobs outlived it: {described(alive)}; Snakemake "
+                                                     f"{described([proc.pid])}, its output {out.read_text()[-1500:]}")
                 time.sleep(0.2)
             proc.wait(timeout=120)
     finally:
