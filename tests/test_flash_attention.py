@@ -11,7 +11,8 @@ from kernels import flash_attention, flash_attention_ref
 from kernels import _flash_attention as fa
 from kernels._flash_attention import causal_mask
 from kernels._triton import tl, triton
-from lab.verify import attention_eps, flash_errors, within_fa_rule
+from lab.units.flash_attention import flash_errors_as_judged, torch_matmuls_as_the_kernels
+from lab.verify import attention_eps, within_fa_rule
 
 
 def qkv(b, h, sq, sk, d, dtype, strided=False):
@@ -25,26 +26,12 @@ def qkv(b, h, sq, sk, d, dtype, strided=False):
 TF32_ATOL = attention_eps(torch.float32, on_gpu=True)  # fp32 inputs multiply in TF32 on the GPU (10-bit mantissa)
 
 
-@contextlib.contextmanager
-def torch_matmuls_as_the_kernels():
-    """On a GPU the kernels multiply fp32 in TF32, so torch's error "at the same precision" is its error with
-    TF32 matmuls (in full fp32 it is ~1e-6, and the kernels' TF32 error alone can exceed eps: 0.0056 for dK at
-    B=2, H=3, 100 x 100, D=32 on an H100)."""
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high" if ON_GPU else "highest")
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(before)
-
-
 def check(q, k, v, causal, dtype):
     out = flash_attention(q, k, v, causal=causal)
     assert out.dtype == dtype and out.shape == q.shape
     do = randn(*q.shape, dtype=dtype, seed=9)
     eps = attention_eps(dtype, ON_GPU)
-    with torch_matmuls_as_the_kernels():
-        errors = flash_errors(flash_attention, flash_attention_ref, q, k, v, do, causal)
+    errors = flash_errors_as_judged(q, k, v, do, causal)
     for what, (err, err_torch) in errors.items():
         assert within_fa_rule(err, err_torch, eps), f"{what}: {err:.3g} vs torch {err_torch:.3g}"
 
@@ -59,6 +46,28 @@ def test_odd_lengths(sq, sk, causal):
 @pytest.mark.parametrize("d", [1, 5, 8, 16, 40, 80, 111, 160])  # below 16: a masked head-dim block of 16
 def test_odd_head_dims(d, causal):
     check(*qkv(1, 1, 37, 70, d, torch.float16), causal, torch.float16)
+
+
+def test_torchs_error_is_taken_at_the_kernels_matmul_precision(monkeypatch):
+    """fp32 tl.dot is TF32 on a GPU: torch's reference there multiplies in TF32 too; the caller's setting is
+    restored after."""
+    import kernels
+
+    seen = {}
+
+    def ref(q, k, v, causal, dtype):
+        seen[dtype] = torch.get_float32_matmul_precision()
+        return flash_attention_ref(q, k, v, causal, dtype=dtype)
+
+    for on_gpu, inside in ((True, "high"), (False, "highest")):
+        with torch_matmuls_as_the_kernels(on_gpu):
+            assert torch.get_float32_matmul_precision() == inside
+        assert torch.get_float32_matmul_precision() == "highest"
+    monkeypatch.setattr(kernels, "flash_attention_ref", ref)
+    q, k, v = qkv(1, 1, 8, 8, 16, torch.float32)
+    flash_errors_as_judged(q, k, v, torch.ones_like(q.detach()), False)
+    assert seen[torch.float32] == ("high" if q.is_cuda else "highest")
+    assert torch.get_float32_matmul_precision() == "highest"
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
