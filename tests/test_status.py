@@ -92,8 +92,23 @@ def test_a_failed_table_is_stale(run):
     assert dict(status.check(run, CONFIG))["vector_add/mask"].startswith("stale: the experiment failed")
 
 
+def damage_pages(path, columns=("metric", "value")):
+    """Invert the bytes of these columns' pages, leaving the footer (and the provenance columns) readable."""
+    import pyarrow.parquet as pq
+
+    meta, data = pq.ParquetFile(path).metadata, bytearray(path.read_bytes())
+    for group in range(meta.num_row_groups):
+        for chunk in map(meta.row_group(group).column, range(meta.num_columns)):
+            if chunk.path_in_schema in columns:
+                start = min(o for o in (chunk.dictionary_page_offset, chunk.data_page_offset) if o is not None)
+                data[start:start + chunk.total_compressed_size] = bytes(
+                    b ^ 0xFF for b in data[start:start + chunk.total_compressed_size])
+    path.write_bytes(bytes(data))
+
+
 BROKEN = {  # what a table may be instead of parquet
     "truncated": lambda path: path.write_bytes(path.read_bytes()[:100]),
+    "damaged data pages": damage_pages,
     "empty": lambda path: path.write_bytes(b""),
     "not parquet": lambda path: path.write_text("a,b\n1,2\n"),
     "a directory": lambda path: (path.unlink(), path.mkdir()),

@@ -20,13 +20,15 @@ RECORDED = (*SOFTWARE, "fingerprint", "config_hash", "code_hash", "git_commit", 
 def recorded(table: str | Path) -> dict | None:
     """The origin a table recorded (its first row; every row carries the same), or None if absent. A
     file that is there but cannot be read (truncated, empty, not parquet, a directory) records nothing:
-    every field None, and ``unreadable`` says why (it is None for a readable table)."""
+    every field None, and ``unreadable`` says why (it is None for a readable table). The whole file is read,
+    not its provenance columns alone: a table whose data pages are damaged would otherwise read as current
+    and never be made again, while the report could not read it."""
     table = Path(table)
     if not table.exists():
         return None
     try:
-        names = set(pq.read_schema(table).names)
-        first = pq.read_table(table, columns=[c for c in RECORDED if c in names]).slice(0, 1).to_pylist()
+        whole = pq.ParquetFile(table).read()
+        first = whole.select([c for c in RECORDED if c in whole.column_names]).slice(0, 1).to_pylist()
     except UNREADABLE as e:
         return {**dict.fromkeys(RECORDED), "unreadable": why_unreadable(table, e)}
     return {**{c: (first[0].get(c) if first else None) for c in RECORDED}, "unreadable": None}
