@@ -60,6 +60,17 @@ BAD = [
     ({"relu_dropout": {"performance": {"p": float("inf")}}}, ["relu_dropout.performance.p", "inf"]),
     ({"relu_dropout": {"performance": {"pp": 0.3}}}, ["relu_dropout.performance", "'pp' was unexpected"]),  # typo
     ({"vector_add": {"performance": {"p": 0.3}}}, ["vector_add.performance", "'p' was unexpected"]),  # not its
+    # a case twice: its rows would be duplicated (claim 9's shape table then failed the report, after every job)
+    ({"attention": {"correctness": {"shapes": [[5, 15, 32], [5, 15, 32]]}}}, ["attention.correctness.shapes",
+                                                                              "non-unique"]),
+    ({"softmax": {"bug": {"n_cols": [2000, 2000]}}}, ["softmax.bug.n_cols", "non-unique"]),
+    ({"relu_dropout": {"correctness": {"ps": [0.5, 0.5]}}}, ["relu_dropout.correctness.ps", "non-unique"]),
+    # below the limits the limits experiments test: claim 20 would be settled by a size that tests nothing
+    ({"softmax": {"limits": {"shapes": [[2, 3]]}}}, ["softmax.limits.shapes", "[2, 3]", "2**31"]),
+    ({"flash_attention": {"limits": {"batch": 1, "heads": 1, "seq": 16, "head_dim": 16}}},
+     ["flash_attention.limits", "65535", "2**31"]),
+    ({"flash_attention": {"limits": {"batch": 70000, "heads": 1, "seq": 16, "head_dim": 16}}},
+     ["flash_attention.limits", "2**31"]),
 ]
 
 
@@ -70,6 +81,15 @@ def test_bad_value_is_refused_naming_the_key(override, named):
     message = str(err.value)
     for word in named:
         assert word in message, (word, message)
+
+
+def test_a_shape_may_repeat_a_size():
+    check(merged({"vector_add": {"correctness": {"shapes": [[64, 64], [3, 3, 3]]}}}))
+
+
+def test_a_unit_named_as_a_top_level_key_is_refused_naming_the_unit():
+    with pytest.raises(settings.ConfigError, match="unit bench .*rename the unit"):
+        settings.schema({**units.schemas(), "bench": {"correctness": {"n": {"type": "integer"}}}})
 
 
 def test_a_section_may_be_left_out_but_not_the_keys_every_run_has():

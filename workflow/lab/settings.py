@@ -28,6 +28,9 @@ def schema(units: dict[str, dict]) -> dict:
     SCHEMA, {experiment: {setting: schema}}). A section may be left out; a key no unit declares may not."""
     full = yaml.safe_load(SCHEMA.read_text())
     for kernel, experiments in units.items():
+        if kernel in full["properties"]:
+            raise ConfigError(f"the unit {kernel} (workflow/lab/units/{kernel}.py) is named as the config's top-level "
+                              f"key {kernel!r}, whose section it would replace: rename the unit")
         full["properties"][kernel] = {"type": "object", "additionalProperties": False,
                                       "properties": {e: experiment_schema(s) for e, s in experiments.items()}}
     return full
@@ -143,8 +146,13 @@ def _ranges(node, path=""):
         yield path, node
 
 
-def check(config: dict, experiments: dict) -> None:
-    """``experiments``: the registry ('kernel/name' -> Experiment) the config's sections must name."""
+def check(config: dict, experiments: dict, unit_checks: dict | None = None) -> None:
+    """``experiments``: the registry ('kernel/name' -> Experiment) the config's sections must name;
+    ``unit_checks``: kernel -> a check of its section (default: each unit's check_settings)."""
+    if unit_checks is None:
+        from .units import setting_checks
+
+        unit_checks = setting_checks()
     kernels = {e.kernel for e in experiments.values()}
     for kernel in kernels:
         for name in config.get(kernel, {}) or {}:
@@ -154,3 +162,9 @@ def check(config: dict, experiments: dict) -> None:
     for path, (first, last) in _ranges(config):
         if first > last:
             raise ConfigError(f"config key {path}: range [{first}, {last}] is empty (first > last)")
+    for kernel, check_section in (unit_checks or {}).items():
+        if config.get(kernel):
+            try:
+                check_section(config[kernel])
+            except ValueError as e:
+                raise ConfigError(f"config key {kernel}.{e}") from None

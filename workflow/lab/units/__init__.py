@@ -13,6 +13,8 @@ A unit module defines:
 - ``@figure(name, tables, category, caption)`` functions: draw a figure from those tables;
 - ``@claim(id, tables)`` functions: settle claim ``id`` of workflow/claims.yaml from those tables;
 - ``@section(tables)`` functions: its part of the report (section "By kernel"), from those tables;
+- ``check_settings(section)`` (optional): what its section's JSON schema cannot say (a product of two
+  settings, say), raising ValueError that names the setting; lab.settings.check calls it before any job;
 - its tolerances, beside the experiments that use them.
 
 A declaration reads only the tables it names, so one that spans kernels (fusion) says so. What a
@@ -206,6 +208,11 @@ def schemas() -> dict[str, dict]:
         if schema:
             out[module.__name__.rsplit(".", 1)[-1]] = schema
     return out
+
+
+def setting_checks() -> dict[str, Callable[[dict], None]]:
+    """Each unit's check_settings, by kernel, for the units that declare one."""
+    return {m.__name__.rsplit(".", 1)[-1]: m.check_settings for m in load() if hasattr(m, "check_settings")}
 
 
 def providers() -> dict[str, dict[str, str]]:

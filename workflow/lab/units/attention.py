@@ -27,16 +27,16 @@ if TYPE_CHECKING:  # annotations only: pyplot is imported on first use (plots.li
 RUNG = 4
 SCHEMA = yaml.safe_load("""
 correctness:
-  shapes: {description: "[n_q, n_k, d]", type: array, items: {$ref: "#/$defs/triple"}, minItems: 1}
+  shapes: {description: "[n_q, n_k, d]", type: array, items: {$ref: "#/$defs/triple"}, minItems: 1, uniqueItems: true}
   dtypes: {$ref: "#/$defs/dtypes"}
 head_dims:
   n_q: {$ref: "#/$defs/size"}
   n_k: {$ref: "#/$defs/size"}
-  head_dims: {type: array, items: {$ref: "#/$defs/head_dim"}, minItems: 1}
+  head_dims: {type: array, items: {$ref: "#/$defs/head_dim"}, minItems: 1, uniqueItems: true}
   dtypes: {$ref: "#/$defs/dtypes"}
 wall:
   n_q: {$ref: "#/$defs/size"}
-  head_dims: {type: array, items: {$ref: "#/$defs/head_dim"}, minItems: 1}
+  head_dims: {type: array, items: {$ref: "#/$defs/head_dim"}, minItems: 1, uniqueItems: true}
   dtypes: {$ref: "#/$defs/dtypes"}
   log2_n_k: {$ref: "#/$defs/log2_range"}
   compile_only:

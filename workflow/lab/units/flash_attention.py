@@ -39,7 +39,7 @@ correctness:
   heads: {$ref: "#/$defs/size"}
   base_head_dim: {$ref: "#/$defs/head_dim"}
   base_lengths: {$ref: "#/$defs/pair"}
-  lengths: {description: "[seq_q, seq_k] pairs", type: array, items: {$ref: "#/$defs/pair"}, minItems: 1}
+  lengths: {description: "[seq_q, seq_k] pairs", type: array, items: {$ref: "#/$defs/pair"}, minItems: 1, uniqueItems: true}
   gpu_lengths:
     description: >-
       [seq_q, seq_k] pairs run on a GPU only, at the base head dim (a pair also in lengths runs once, there):
@@ -48,7 +48,8 @@ correctness:
       interpreter each takes minutes and runs the same path as the shorter lengths
     type: array
     items: {$ref: "#/$defs/pair"}
-  head_dims: {type: array, items: {$ref: "#/$defs/head_dim"}, minItems: 1}
+    uniqueItems: true
+  head_dims: {type: array, items: {$ref: "#/$defs/head_dim"}, minItems: 1, uniqueItems: true}
   dtypes: {$ref: "#/$defs/dtypes"}
 past_wall:
   n_q: {$ref: "#/$defs/size"}
@@ -66,7 +67,7 @@ limits:
 performance:
   tokens: {description: "batch x seq, held constant", type: integer, minimum: 1}
   heads: {$ref: "#/$defs/size"}
-  head_dims: {type: array, items: {$ref: "#/$defs/head_dim"}, minItems: 1}
+  head_dims: {type: array, items: {$ref: "#/$defs/head_dim"}, minItems: 1, uniqueItems: true}
   lengths: {$ref: "#/$defs/sizes"}
   flex_lengths: {description: "the lengths FlexAttention runs at (each compiles anew: seconds per shape)", $ref: "#/$defs/sizes"}
   plain_lengths: {description: "the lengths triton_flash_plain (no warp-specialized kernel) runs at", $ref: "#/$defs/sizes"}
@@ -98,6 +99,17 @@ PROVIDERS = {FLASH: "`kernels.flash_attention`, the rung the writeup did not cli
                           "warp-specialized Hopper kernels (what they add to `triton_flash`)",
              SDPA: "`F.scaled_dot_product_attention` called plainly (default dispatch, no `sdpa_kernel` context): "
                    "the per-call cost a model pays (launch floor only)"}
+
+
+def check_settings(section: dict) -> None:
+    """What the schema cannot say: limits is past both limits it tests (claim 20), batch x heads past 65535
+    (a grid axis) and each tensor past 2**31 elements."""
+    limits = section.get("limits")
+    if limits:
+        b, h, n, d = (limits[k] for k in ("batch", "heads", "seq", "head_dim"))
+        if b * h <= 65535 or b * h * n * d < 2**31:
+            raise ValueError(f"limits: batch x heads = {b * h} and batch x heads x seq x head_dim = {b * h * n * d}; "
+                             f"it tests past 65535 and past 2**31 elements, so both must be")
 
 
 @contextlib.contextmanager

@@ -28,11 +28,11 @@ RUNG = 2
 SCHEMA = yaml.safe_load("""
 correctness:
   sizes: {$ref: "#/$defs/sizes"}
-  ps: {type: array, items: {type: number, minimum: 0, exclusiveMaximum: 1}, minItems: 1}
+  ps: {type: array, items: {type: number, minimum: 0, exclusiveMaximum: 1}, minItems: 1, uniqueItems: true}
   dtypes: {$ref: "#/$defs/dtypes"}
 statistics:
   size: {type: integer, minimum: 1000, maximum: 100000000}
-  ps: {type: array, items: {$ref: "#/$defs/probability"}, minItems: 1}
+  ps: {type: array, items: {$ref: "#/$defs/probability"}, minItems: 1, uniqueItems: true}
   seeds: {type: integer, minimum: 2, maximum: 10000}
   dtype: {$ref: "#/$defs/dtype"}
   reference_rtol:

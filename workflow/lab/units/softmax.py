@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # annotations only: pyplot is imported on first use (plots.li
 RUNG = 3
 SCHEMA = yaml.safe_load("""
 correctness:
-  shapes: {type: array, items: {$ref: "#/$defs/pair"}, minItems: 1}
+  shapes: {type: array, items: {$ref: "#/$defs/pair"}, minItems: 1, uniqueItems: true}
   dtypes: {$ref: "#/$defs/dtypes"}
 bug:
   n_rows: {$ref: "#/$defs/size"}
@@ -43,12 +43,12 @@ wide:
   interpreter_max_cols: {description: "wider rows run only on a GPU", $ref: "#/$defs/size"}
 limits:
   shapes: {description: "[n_rows, n_cols], each past 2**31 elements", type: array,
-           items: {$ref: "#/$defs/pair"}, minItems: 1}
+           items: {$ref: "#/$defs/pair"}, minItems: 1, uniqueItems: true}
   dtype: {$ref: "#/$defs/dtype"}
 stability:
   n_rows: {$ref: "#/$defs/size"}
   n_cols: {$ref: "#/$defs/size"}
-  scales: {type: array, items: {type: number, exclusiveMinimum: 0, maximum: 1.0e+30}, minItems: 1}
+  scales: {type: array, items: {type: number, exclusiveMinimum: 0, maximum: 1.0e+30}, minItems: 1, uniqueItems: true}
 passes:
   n_rows: {$ref: "#/$defs/size"}
   n_cols: {$ref: "#/$defs/size"}
@@ -81,6 +81,13 @@ PROVIDERS = {WRITEUP: "`kernels.softmax_writeup`, the writeup's kernel: one bloc
                        "`compile_s`); backward `torch._softmax_backward_data` compiled the same way"}
 # max |out - torch.softmax in fp32, cast back| for one fused op (no matmul); the backward gets 4x (BACKWARD_SLACK)
 ATOL = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 8e-3}
+
+
+def check_settings(section: dict) -> None:
+    """What the schema cannot say: each limits shape is past 2**31 elements (else claim 20 tests nothing)."""
+    for n_rows, n_cols in (section.get("limits") or {}).get("shapes", []):
+        if n_rows * n_cols < 2**31:
+            raise ValueError(f"limits.shapes: [{n_rows}, {n_cols}] holds {n_rows * n_cols} elements, not past 2**31")
 
 
 def softmax_atol(dtype) -> float:

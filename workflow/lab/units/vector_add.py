@@ -17,8 +17,8 @@ RUNG = 1
 SCHEMA = yaml.safe_load("""
 correctness:
   sizes: {$ref: "#/$defs/sizes"}
-  shapes: {type: array, items: {$ref: "#/$defs/sizes"}, minItems: 1}
-  dtypes: {type: array, items: {type: string, enum: [float32, float16, bfloat16, int32]}, minItems: 1}
+  shapes: {type: array, items: {$ref: "#/$defs/shape"}, minItems: 1, uniqueItems: true}
+  dtypes: {type: array, items: {type: string, enum: [float32, float16, bfloat16, int32]}, minItems: 1, uniqueItems: true}
 mask:
   sizes: {$ref: "#/$defs/sizes"}
   block_size: {$ref: "#/$defs/block_size"}
