@@ -173,7 +173,8 @@ def test_a_parameter_that_tells_points_apart_in_one_run_only_pairs_nothing():
     a = run([({"provider": "t", "size": 4096.0, "direction": d}, ms) for d, ms in (("forward", 1.0), ("backward", 2.0))])
     b = run([({"provider": "t", "size": 4096.0}, 1.0)])
     assert compare.compare(a, b).empty
-    assert compare.coverage(a, b).to_dict("records") == [{"table": "k/performance", "a": 2, "b": 1, "both": 0}]
+    assert compare.coverage(a, b).to_dict("records") == [{"table": "k/performance", "a": 2, "b": 1, "both": 0,
+                                                           "why": ""}]
 
 
 @pytest.mark.parametrize("ms_b", [0.0, float("nan")])
@@ -182,7 +183,8 @@ def test_a_point_measured_as_zero_or_nan_is_not_compared_and_coverage_says_so(ms
     b = run([(p, ms_b if p["size"] == 4096 else ms) for p, ms in BIG], metric=None)
     j = compare.compare(a, b)
     assert len(j) == 2 and set(j["size"]) == {16384}
-    assert compare.coverage(a, b).to_dict("records") == [{"table": "k/performance", "a": 4, "b": 4, "both": 2}]
+    assert compare.coverage(a, b).to_dict("records") == [{"table": "k/performance", "a": 4, "b": 4, "both": 2,
+                                                           "why": ""}]
 
 
 def test_claims_diff_changed_first_and_survives_a_run_it_cannot_settle(monkeypatch):
@@ -241,11 +243,11 @@ def test_what_only_one_run_has_is_listed():
     b = {**run(same[:2]), "k/bug": table.to_frame([table.row("x", None, status="failed", error="boom")], "k", "bug",
                                                   PROV)}
     gaps = compare.coverage(a, b).set_index("table")
-    assert gaps.loc["gone/performance"].tolist() == [1, "absent", 0]
-    assert gaps.loc["k/bug"].tolist() == ["absent", "failed", 0]
-    assert gaps.loc["k/performance"].tolist() == [3, 2, 2]
+    assert gaps.loc["gone/performance"].tolist() == [1, "absent", 0, ""]
+    assert gaps.loc["k/bug"].tolist() == ["absent", "failed", 0, "boom"]
+    assert gaps.loc["k/performance"].tolist() == [3, 2, 2, ""]
     page = compare.markdown("a", "b", a, b, compare.compare(a, b))
-    assert "## What only one run has" in page and "gone/performance" in page
+    assert "## What only one run has" in page and "gone/performance" in page and "boom" in page
     assert compare.coverage(a, a).empty and "What only one run has" not in compare.markdown("a", "a", a, a,
                                                                                            compare.compare(a, a))
 
@@ -260,5 +262,7 @@ def test_an_unreadable_table_is_listed_as_failed_not_a_crash(tmp_path):
     assert "cannot be read" in b["softmax/performance"]["error"].iloc[0]
     listed = compare.coverage(a, b).set_index("table")
     assert listed.loc["softmax/performance", "b"] == "failed"
+    assert "cannot be read" in listed.loc["softmax/performance", "why"]
+    assert "cannot be read" in compare.markdown("a", "b", a, b, compare.compare(a, b))
     joined = compare.compare(a, b)
     assert not joined.empty and "softmax/performance" not in set(joined["table"])

@@ -103,20 +103,24 @@ def compare(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> pd.DataFr
 
 def coverage(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """What `compare` could not join: per table, its timed points in a, in b and in both, where a table is
-    in one run only, failed in one (its rows say why), or has points the other run did not measure."""
+    in one run only, failed in one (``why``: its first failed row's error, or the reason it cannot be read), or
+    has points the other run did not measure."""
     rows = []
     for key in sorted(set(a) | set(b)):
-        states, points = {}, {}
+        states, points, why = {}, {}, []
         for side, tables in (("a", a), ("b", b)):
             t = tables.get(key)
-            states[side] = ("absent" if t is None else
-                            "failed" if "status" in t and t["status"].eq("failed").any() else "")
+            failed = t["status"].eq("failed") if t is not None and "status" in t else pd.Series(dtype=bool)
+            states[side] = "absent" if t is None else "failed" if failed.any() else ""
             points[side] = _points(t) if not states[side] else pd.DataFrame()
+            if failed.any() and "error" in t:
+                why += [str(e).splitlines()[0][:200] for e in t.loc[failed, "error"].dropna()[:1]]
         pa, pb = points["a"], points["b"]
         both = len(_pairs(pa, pb)[0])
         if states["a"] or states["b"] or both != len(pa) or both != len(pb):
-            rows.append(dict(table=key, a=states["a"] or len(pa), b=states["b"] or len(pb), both=both))
-    return pd.DataFrame(rows, columns=["table", "a", "b", "both"])
+            rows.append(dict(table=key, a=states["a"] or len(pa), b=states["b"] or len(pb), both=both,
+                             why=" / ".join(why)))
+    return pd.DataFrame(rows, columns=["table", "a", "b", "both", "why"])
 
 
 def _tidy(j: pd.DataFrame) -> pd.DataFrame:
@@ -226,7 +230,7 @@ def markdown(name_a: str, name_b: str, a: dict, b: dict, joined: pd.DataFrame, c
         lines += ["## What only one run has", "",
                   "Tables in one run only, failed in one (not compared), or with timed points the other did not "
                   "measure (or measured by other parameters, or as zero or NaN): the timed points in each run and "
-                  "those compared (untimed tables count 0).", "",
+                  "those compared (untimed tables count 0), and why a failed table failed.", "",
                   _md(gaps.rename(columns={"a": name_a, "b": name_b})), ""]
     if joined.empty:
         return "\n".join(lines + ["No timed point was measured by both runs (a run without a GPU times nothing)."]) + "\n"
@@ -251,7 +255,7 @@ def _fmt(v) -> str:
         return str(bool(v))
     if isinstance(v, (float, np.floating)):
         return str(int(v)) if v.is_integer() and abs(v) < 1e15 else format(v, ".4g")
-    return str(v)
+    return str(v).replace("|", "\\|").replace("\n", " ")  # an error's text stays in its cell
 
 
 def _md(df: pd.DataFrame) -> str:

@@ -16,8 +16,8 @@ rule compare:
         table="results/compare/{a}_vs_{b}.parquet",
         figure=report("results/compare/{a}_vs_{b}.png", caption="../report/compare.rst", category="Comparison"),
     wildcard_constraints:
-        a=r"(?:(?!_vs_)[A-Za-z0-9._-])+",
-        b=r"(?:(?!_vs_)[A-Za-z0-9._-])+",
+        a=r"[A-Za-z0-9](?:(?!_vs_)[A-Za-z0-9._-])*",  # a run name as config's `run` allows it (not '.')
+        b=r"[A-Za-z0-9](?:(?!_vs_)[A-Za-z0-9._-])*",
     log:
         "results/compare/logs/{a}_vs_{b}.log",
     params:
