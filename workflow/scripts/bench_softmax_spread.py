@@ -22,6 +22,14 @@ partials and the counters. ``--scratch`` times the public forward at placement (
 allocates them (``fresh``, their addresses recorded for each timing, modulo 2 MiB) and pinned at byte offsets
 SCRATCH into buffers made once, over --rounds: if slow timings follow the scratch's addresses, or vanish
 when it is pinned, the scratch's placement is the cause.
+
+It is not (H100 80GB HBM3, stop 74, --scratch --rounds 5, fractions of copy, median / lowest / highest over the
+rounds): bf16 at 262144 columns 0.633 / 0.562 / 0.827 as allocated, 0.635 / 0.546 / 0.721 pinned at 0, 0.622 /
+0.540 / 0.853 at 4096; fp32 at 2^20 0.783 / 0.654 / 0.860 as allocated, 0.773 / 0.694 / 0.838 at 0, 0.771 /
+0.584 / 0.816 at 65552; fp32 at 262144 0.909-0.924 every way. Every scratch placement spreads as much as the
+allocator's, and the rounds move together (bf16 262144, rounds 0-2 0.54-0.68 whatever the scratch, round 4
+0.72-0.85): the cause lies elsewhere (the co-resident groups' arrival order or the GPU's state), not in where
+any tensor lies. The same machine's committed-run figure for bf16 262144 was 0.827 (another H100, stop 73).
 """
 from __future__ import annotations
 
