@@ -120,11 +120,15 @@ def test_command_line_strings_take_the_type_their_key_asks_for():
     assert config["overwrite_foreign_run"] is False
 
 
-def test_a_numeric_run_name_from_the_command_line_is_a_name():
-    config = merged({"run": 2024})  # what Snakemake makes of --config run=2024
-    settings.from_command_line(config, {"run": 2024}, units.schemas())
-    assert config["run"] == "2024"
+@pytest.mark.parametrize("typed, parsed", [("2024", 2024), ("007", 7), ("1e3", 1000.0), ("1_0", 10)])
+def test_a_numeric_run_name_from_the_command_line_is_the_name_typed(typed, parsed):
+    config = merged({"run": parsed})  # what Snakemake makes of --config run=<typed>
+    settings.from_command_line(config, {"run": parsed}, units.schemas(), argv=["snakemake", "--config", f"run={typed}"])
+    assert config["run"] == typed
     check(config)
+    config = merged({"run": parsed})  # from elsewhere (a profile): the number's text
+    settings.from_command_line(config, {"run": parsed}, units.schemas(), argv=[])
+    assert config["run"] == str(parsed)
 
 
 def test_command_line_lists_of_lists_take_their_types_too():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -69,12 +70,21 @@ def _parsed(text: str, types: set):
     return text
 
 
-def from_command_line(config: dict, given: dict, units: dict[str, dict]) -> None:
+def _as_typed(key: str, value, argv: list[str]) -> str:
+    """A top-level text value that Snakemake parsed as a number (``run=007`` arrives as 7, ``run=1e3`` as 1000.0):
+    the text as typed, from the command line, where it is there."""
+    typed = [arg.split("=", 1)[1] for arg in argv if arg.startswith(f"{key}=")]
+    return typed[-1] if typed else str(value)
+
+
+def from_command_line(config: dict, given: dict, units: dict[str, dict], argv: list[str] | None = None) -> None:
     """Values given with ``--config key=value`` arrive as strings wherever Snakemake does not parse them (a
     YAML mapping such as ``softmax='{bug: {n_rows: 3}}'`` holds only strings, and ``true`` stays a string):
     each becomes the type the schema asks for at its key, in place in ``config``. Values from files keep
-    their types (a YAML file's types are checked as they are)."""
+    their types (a YAML file's types are checked as they are). A top-level text value Snakemake read as a number
+    is taken as typed in ``argv`` (default: this process's command line)."""
     full = schema(units)
+    argv = sys.argv if argv is None else argv
 
     def resolve(node: dict) -> dict:
         while "$ref" in node:
@@ -100,7 +110,9 @@ def from_command_line(config: dict, given: dict, units: dict[str, dict]) -> None
             if isinstance(value, dict) and isinstance(target.get(key), dict):
                 walk(target[key], value, sub)
             elif key in target:
-                target[key] = typed(target[key], sub)
+                number = isinstance(target[key], (int, float)) and not isinstance(target[key], bool)
+                target[key] = (_as_typed(key, target[key], argv) if node is full and number and _types(sub) == {"string"}
+                               else typed(target[key], sub))
 
     walk(config, given, full)
 
