@@ -37,3 +37,21 @@ def test_every_script_answers_help_with_its_usage_here():
     assert len(answers) >= 15
     wrong = {name: out[-500:] for name, (rc, out) in answers.items() if rc != 0 or "usage:" not in out}
     assert not wrong, wrong
+
+
+def test_the_benches_rows_say_the_gpus_state(tmp_path, monkeypatch):
+    """Each timed row carries the clocks, temperature and power nvidia-smi reads after its timing
+    (a stand-in nvidia-smi here), and nothing where nvidia-smi is absent or fails."""
+    monkeypatch.syspath_prepend(str(ROOT / "workflow" / "scripts"))
+    import softmax_bench_rows as rows
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '1980, 2619, 45, 312.25'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert rows.gpu_state() == {"clocks.sm": "1980", "clocks.mem": "2619", "temperature.gpu": "45",
+                                "power.draw": "312.25"}
+    smi.write_text("#!/bin/sh\necho 'Field \"clocks.mem\" is not a valid field'\nexit 2\n")
+    assert rows.gpu_state() == {}
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert rows.gpu_state() == {}

@@ -30,6 +30,8 @@ rounds): bf16 at 262144 columns 0.633 / 0.562 / 0.827 as allocated, 0.635 / 0.54
 allocator's, and the rounds move together (bf16 262144, rounds 0-2 0.54-0.68 whatever the scratch, round 4
 0.72-0.85): the cause lies elsewhere (the co-resident groups' arrival order or the GPU's state), not in where
 any tensor lies. The same machine's committed-run figure for bf16 262144 was 0.827 (another H100, stop 73).
+Every row now carries the GPU's clocks, temperature and power just after its timing (softmax_bench_rows.gpu_state),
+so that the next run can tell whether slow timings follow the clocks.
 """
 from __future__ import annotations
 

@@ -17,10 +17,30 @@ def copy_gbps(t) -> float:
     return 2 * t.numel() * t.element_size() / triton.testing.do_bench(lambda: out.copy_(t), rep=100) / 1e6
 
 
+GPU_STATE = ["clocks.sm", "clocks.mem", "temperature.gpu", "power.draw"]  # fields every driver knows
+
+
+def gpu_state() -> dict:
+    """The GPU's state as nvidia-smi reads it now ({} where there is none): SM and memory clocks (MHz), temperature
+    and power, so that a slow timing can be set beside the clocks it ran at. The GPU is the first of
+    CUDA_VISIBLE_DEVICES, as the bench's."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return {}
+    gpu = (os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()) or "0"
+    out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(GPU_STATE)}", "--format=csv,noheader,nounits", "-i",
+                          gpu], capture_output=True, text=True, timeout=30)
+    values = out.stdout.strip().split(", ") if out.returncode == 0 else []
+    return dict(zip(GPU_STATE, values)) if len(values) == len(GPU_STATE) else {}
+
+
 def timed(fn, ref, moved: int, copy_gbps: float, **labels) -> dict:
     """``labels`` and fn's GB/s (``moved`` bytes over the do_bench median), its fraction of the copy timed beside
     it, and its largest error relative to ref's largest value (ok: within 1e-5 for an fp32 output, 2e-2 for a
-    16-bit one); a run that does not compile or launch is a row too, its error said."""
+    16-bit one); a run that does not compile or launch is a row too, its error said. Each row also says the
+    GPU's state just after its timing (gpu_state)."""
     import torch
     import triton.testing
 
@@ -30,7 +50,7 @@ def timed(fn, ref, moved: int, copy_gbps: float, **labels) -> dict:
         tol = 1e-5 if out.dtype == torch.float32 else 2e-2
         err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
         gbps = moved / triton.testing.do_bench(fn, rep=60) / 1e6
-        row.update(gbps=gbps, of_copy=gbps / copy_gbps, rel_err=err, ok=err <= tol)
+        row.update(gbps=gbps, of_copy=gbps / copy_gbps, rel_err=err, ok=err <= tol, **gpu_state())
     except Exception as e:  # noqa: BLE001  (a size that does not compile or launch is a data point)
         row.update(error=f"{type(e).__name__}: {str(e)[:200]}")
     print(row, flush=True)
