@@ -16,6 +16,7 @@ import pandas as pd
 
 from . import claims as claims_mod
 from .provenance import COLUMNS as PROVENANCE
+from .report import md_cell
 from .summary import CEILINGS
 from .table import read_each
 
@@ -255,7 +256,7 @@ def _fmt(v) -> str:
         return str(bool(v))
     if isinstance(v, (float, np.floating)):
         return str(int(v)) if v.is_integer() and abs(v) < 1e15 else format(v, ".4g")
-    return str(v).replace("|", "\\|").replace("\n", " ")  # an error's text stays in its cell
+    return md_cell(v)  # an error's text stays in its cell
 
 
 def _md(df: pd.DataFrame) -> str:

@@ -12,13 +12,18 @@ from . import claims as claims_mod
 from . import provenance, runs, summary, units
 from .table import PROVENANCE, atomic_path
 
+def md_cell(v) -> str:
+    """Text as one markdown table cell: its '|' escaped, its newlines spaces."""
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
 def md_table(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
     def fmt(v):
         if isinstance(v, float):
             if pd.isna(v):
                 return ""
             return str(int(v)) if v.is_integer() and abs(v) < 2**53 else format(v, floatfmt)  # 16384, not 1.64e+04
-        return str(v).replace("|", "\\|").replace("\n", " ")
+        return md_cell(v)
 
     head = "| " + " | ".join(map(str, df.columns)) + " |"
     sep = "|" + "---|" * len(df.columns)

@@ -91,13 +91,15 @@ def from_command_line(config: dict, given: dict, units: dict[str, dict], argv: l
             node = full["$defs"][node["$ref"].rsplit("/", 1)[-1]]
         return node
 
-    def typed(value, node: dict):
-        """value with every string in it (lists of lists too) as the type its place in the schema asks for."""
+    def typed(value, node: dict, top_key: str | None = None):
+        """value with every string in it (lists of lists too) as the type its place in the schema asks for;
+        ``top_key``: the top-level key it is the value of (its text is then on the command line)."""
         node = resolve(node)
         if isinstance(value, str):
             return _parsed(value, _types(node))
         if isinstance(value, (int, float)) and not isinstance(value, bool) and _types(node) == {"string"}:
-            return str(value)  # Snakemake parsed run=2024 as a number; the schema asks for text
+            # Snakemake parsed run=2024 as a number; the schema asks for text
+            return _as_typed(top_key, value, argv) if top_key else str(value)
         if isinstance(value, list):
             return [typed(v, node.get("items") or {}) for v in value]
         if isinstance(value, dict):
@@ -110,9 +112,7 @@ def from_command_line(config: dict, given: dict, units: dict[str, dict], argv: l
             if isinstance(value, dict) and isinstance(target.get(key), dict):
                 walk(target[key], value, sub)
             elif key in target:
-                number = isinstance(target[key], (int, float)) and not isinstance(target[key], bool)
-                target[key] = (_as_typed(key, target[key], argv) if node is full and number and _types(sub) == {"string"}
-                               else typed(target[key], sub))
+                target[key] = typed(target[key], sub, key if node is full else None)
 
     walk(config, given, full)
 
@@ -174,7 +174,7 @@ def check(config: dict, experiments: dict, unit_checks: dict | None = None) -> N
     for path, (first, last) in _ranges(config):
         if first > last:
             raise ConfigError(f"config key {path}: range [{first}, {last}] is empty (first > last)")
-    for kernel, check_section in (unit_checks or {}).items():
+    for kernel, check_section in unit_checks.items():
         if config.get(kernel):
             try:
                 check_section(config[kernel])
