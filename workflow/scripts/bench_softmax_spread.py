@@ -30,8 +30,16 @@ rounds): bf16 at 262144 columns 0.633 / 0.562 / 0.827 as allocated, 0.635 / 0.54
 allocator's, and the rounds move together (bf16 262144, rounds 0-2 0.54-0.68 whatever the scratch, round 4
 0.72-0.85): the cause lies elsewhere (the co-resident groups' arrival order or the GPU's state), not in where
 any tensor lies. The same machine's committed-run figure for bf16 262144 was 0.827 (another H100, stop 73).
-Every row now carries the GPU's clocks, temperature and power just after its timing (softmax_bench_rows.gpu_state),
-so that the next run can tell whether slow timings follow the clocks.
+Every row carries the GPU's clocks, temperature and power just after its timing (softmax_bench_rows.gpu_state).
+Run so (another H100 80GB HBM3, stop 75, --scratch --rounds 5), every one of the 100 timings read 1980 MHz SM and
+2619 MHz memory clocks, at 43-48 C and 148-390 W, and the spread was as wide: fp32 at 2^20 columns 0.59 to 0.92 of
+copy (medians over rounds 0.872-0.889 by scratch), bf16 at 262144 0.59 to 0.86 (medians 0.715-0.856), fp32 at
+262144 0.72 to 0.93; 33 of the 100 below 0.8, at every power draw from 149 W up. Slow timings come in spells
+a few timings long whatever the scratch (bf16 262144, round 3: all five placements 0.59-0.62, the rounds before
+and after 0.81-0.86). So they follow no clock, temperature or power that nvidia-smi reads, nor any placement:
+what stays is the split path's lockstep (each row's programs wait for the slowest of them; a copy, whose
+blocks are handed out as SMs free up, timed beside it held within 0.005) and its polls at the counters
+(bench_softmax_backoff.py times a backoff between them).
 """
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ wide forwards at 0.58-0.88 of copy and the backwards at 0.67-0.89 (tune_softmax.
 the public softmax and softmax_backward at those widths with ``_wait`` in three forms, each in a process of its
 own (the kernels compile once per process, with the form the module holds):
 
-- ``atomic``: the committed form, one thread polling with an atomic add of 0 (acquire);
+- ``atomic``: the committed form, one thread polling with an atomic add of 0 (acquire), which Triton builds as
+  an acquire load (``ld.global.gpu.acquire``; bench_softmax_backoff.py);
 - ``relaxed``: every thread polling with a relaxed load (``ld.relaxed.gpu``, no read-modify-write on the
   line the arrivals add to), then one ``fence.acq_rel.gpu``;
 - ``none``: no wait at all: wrong results (the ``ok`` column says so), and the speed the paths would have if

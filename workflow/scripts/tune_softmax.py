@@ -132,7 +132,7 @@ def candidates(n: int, direction: str, half: bool) -> dict:
     Then the wait at a row's counter, and the wide backward's sizes (H200, triton 3.6, fractions of a copy of
     the same tensor measured beside them, 2^28 bytes per input, four processes: the committed wait twice, and
     each variant once). The wait polls the counter with an atomic add of 0 (one thread, its value shared
-    through shared memory); polling it with ld.acquire.gpu from every thread instead, with or without a
+    through shared memory; Triton builds it as an acquire load, bench_softmax_backoff.py); polling it with ld.acquire.gpu from every thread instead, with or without a
     nanosleep of 64 ns between polls, was slower where the defaults run: the split backward at 65536-262144
     fp32 columns 0.78-0.62 against 0.91-0.79, the public bf16 backward at 131072-262144 0.63-0.47 against
     0.80-0.78; it helped only split forwards that are not the defaults (fp32, chunks of 8192 and 8 warps, at
