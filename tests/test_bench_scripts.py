@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = {"bench_softmax_staged.py": "interpreter check passed", "bench_softmax_ahead.py": "interpreter check passed",
            "bench_softmax_tma.py": "check: right", "bench_softmax_unaligned.py": "interpreter check passed",
            "bench_softmax_keep.py": "interpreter check passed",
-           "bench_softmax_spread.py": "interpreter check passed", "bench_softmax_backoff.py": "interpreter check passed"}  # what each prints
+           "bench_softmax_spread.py": "interpreter check passed", "bench_softmax_backoff.py": "interpreter check passed",
+           "bench_softmax_trace.py": "interpreter check passed"}  # what each prints
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
