@@ -1,4 +1,4 @@
-"""A split forward with no lockstep: one program per chunk of a row, taken in the order programs start (GPU only;
+"""The split path with no lockstep: one program per chunk of a row, taken in the order programs start (GPU only;
 not part of the pipeline).
 
     PYTHONPATH=.:workflow python workflow/scripts/bench_softmax_ticket.py out.csv [--widths 65536,262144,1048576]
@@ -15,13 +15,16 @@ t % SPLITS of row t // SPLITS. A program that has started therefore holds a lowe
 that has not, so a row's programs wait only for programs that have started or will start next; where at least
 SPLITS programs fit on the GPU at once, the row's last program always finds a place, and no launch can hang
 (``measure`` checks the fit from the compiled kernel first). Programs are handed to SMs as SMs free up, as a
-copy's are: an SM that runs slow takes fewer chunks. What it gives up: the committed kernel's row-ahead
-(publishing the next row and loading the one after while it waits), since a program has one chunk.
+copy's are: an SM that runs slow takes fewer chunks. What it gives up: the committed kernels' row-ahead
+(publishing the next row and loading the one after while it waits), since a program has one chunk. Forward
+and backward (dx = y * (dy - sum(y * dy))), the committed split kernels' arithmetic per chunk, 16-bit rows
+as they are or packed (two columns to a 32-bit word, as the committed defaults hold bf16 wide rows).
 
-Each row of the CSV: the public forward and the ticket forward at each size (chunk columns, warps), timed in
-turn over ``--rounds``, fraction of a copy of the same tensor, error against torch, the GPU's clocks.
+Each row of the CSV: the public kernel and the ticket kernels at each size (chunk columns, warps, packed or
+not), timed in turn over ``--rounds``, fraction of a copy of the same tensor, error against torch, the GPU's
+clocks.
 
-``--check`` runs the ticket kernel in the interpreter with rows of one chunk (the interpreter runs programs one
+``--check`` runs the ticket kernels in the interpreter with rows of one chunk (the interpreter runs programs one
 after another, so a program waiting for a later one would wait forever; rows of several chunks need the GPU),
 against torch.
 """
@@ -30,8 +33,9 @@ from __future__ import annotations
 import torch
 
 import kernels._softmax as sm  # first: it chooses the backend before triton is imported
-from kernels import softmax
-from kernels._softmax import LOG2E, _combined, _load_chunk, _publish, _store, _wait
+from kernels import softmax, softmax_backward
+from kernels._softmax import (LOG2E, _combined, _dx, _load_chunk, _load_pair, _pack, _publish, _publish_dot, _store,
+                              _unpack, _wait)
 from kernels._triton import tl, triton
 from softmax_bench_rows import copy_gbps, timed_rounds  # a sibling: scripts run with their folder on sys.path
 from softmax_bench_rows import main as bench_main
@@ -41,68 +45,122 @@ SIZES = {torch.float32: [(4096, 4), (2048, 4), (8192, 8)], torch.bfloat16: [(819
 
 
 @triton.jit
-def _ticket_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, row_stride, CHUNK: tl.constexpr,
-                    SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, LANES: tl.constexpr, EVEN: tl.constexpr):
-    """counter_ptr: n_rows arrival counters, then the launch's ticket counter, all zero at the launch."""
-    ticket = tl.atomic_add(counter_ptr + n_rows, 1)  # this program's place in the order programs start
+def _ticket(counter_ptr, n_rows, SPLITS: tl.constexpr, CHUNK: tl.constexpr):
+    """(row, its int64, chunk, the chunk's columns) of the ticket this program takes as it starts: its place in
+    the order programs start. counter_ptr: n_rows arrival counters, then the ticket counter, all zero at the
+    launch."""
+    ticket = tl.atomic_add(counter_ptr + n_rows, 1)
     row = ticket // SPLITS
     chunk = ticket % SPLITS
-    r = tl.cast(row, tl.int64)
-    cols = chunk * CHUNK + tl.arange(0, CHUNK)
-    x = _load_chunk(x_ptr, row, row_stride, cols, 1, n_cols, n_rows, EVEN, 0)
+    return row, tl.cast(row, tl.int64), chunk, chunk * CHUNK + tl.arange(0, CHUNK)
+
+
+@triton.jit
+def _ticket_forward(out_ptr, x_ptr, part_ptr, counter_ptr, n_rows, n_cols, row_stride, CHUNK: tl.constexpr,
+                    SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, LANES: tl.constexpr, EVEN: tl.constexpr,
+                    PACKED: tl.constexpr):
+    """_split_forward's arithmetic for one chunk (PACKED: 16-bit rows as 32-bit words of two columns, n_cols,
+    CHUNK and row_stride in words)."""
+    row, r, chunk, cols = _ticket(counter_ptr, n_rows, SPLITS, CHUNK)
+    x = _load_chunk(x_ptr, row, row_stride, cols, 1, n_cols, n_rows, EVEN, PACKED)
     part = part_ptr + r * (2 * SPLITS)  # [max of each chunk..., sum of exp of each chunk...]
-    e, m = _publish(x, part, counter_ptr + row, chunk, SPLITS, 0, 0, LANES)
+    e, m = _publish(x, part, counter_ptr + row, chunk, SPLITS, 0, PACKED, LANES)
     _wait(counter_ptr + row, SPLITS)
     splits = tl.arange(0, SPLITS_P2)
     ms = tl.load(part + splits, mask=splits < SPLITS, other=-float("inf"), volatile=True)
     ls = tl.load(part + SPLITS + splits, mask=splits < SPLITS, other=0.0, volatile=True)
     row_max, total = _combined(ms, ls)
-    scale = tl.exp2((m - row_max) * LOG2E) / total  # a lane's
-    y = tl.reshape(tl.reshape(e, [CHUNK // LANES, LANES]) * scale[None, :], [CHUNK])
-    _store(out_ptr + r * row_stride + cols, y.to(out_ptr.dtype.element_ty), cols < n_cols, EVEN)
+    if PACKED:  # e is x as loaded
+        even, odd = _unpack(e, PACKED)
+        log2_scale = -tl.log2(total)
+        y = _pack(tl.exp2(tl.fma(even - row_max, LOG2E, log2_scale)), tl.exp2(tl.fma(odd - row_max, LOG2E, log2_scale)),
+                  PACKED)
+    else:
+        scale = tl.exp2((m - row_max) * LOG2E) / total  # a lane's
+        y = tl.reshape(tl.reshape(e, [CHUNK // LANES, LANES]) * scale[None, :], [CHUNK]).to(out_ptr.dtype.element_ty)
+    _store(out_ptr + r * row_stride + cols, y, cols < n_cols, EVEN)
 
 
-def _arguments(x: torch.Tensor, out: torch.Tensor, chunk: int, warps: int) -> tuple[tuple, dict]:
-    n_rows, n_cols = x.shape
+@triton.jit
+def _ticket_backward(dx_ptr, y_ptr, dy_ptr, part_ptr, counter_ptr, n_rows, n_cols, row_stride, CHUNK: tl.constexpr,
+                     SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, PACKED: tl.constexpr):
+    """_split_backward's arithmetic for one chunk: dx = y * (dy - sum(y * dy)); the partial is the chunk's
+    sum(y * dy)."""
+    row, r, chunk, cols = _ticket(counter_ptr, n_rows, SPLITS, CHUNK)
+    y, dy = _load_pair(y_ptr, dy_ptr, row, row_stride, 1, row_stride, 1, cols, n_cols, n_rows)
+    part = part_ptr + r * SPLITS
+    _publish_dot(y, dy, part, counter_ptr + row, chunk, 0, PACKED)
+    _wait(counter_ptr + row, SPLITS)
+    splits = tl.arange(0, SPLITS_P2)
+    dot = tl.sum(tl.load(part + splits, mask=splits < SPLITS, other=0.0, volatile=True), axis=0)
+    tl.store(dx_ptr + r * row_stride + cols, _dx(y, dy, dot, dx_ptr, PACKED), mask=cols < n_cols)
+
+
+def _words(packed: bool, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The rows as the kernels take them: 16-bit rows as 32-bit words of two columns where ``packed``."""
+    return tuple(t.view(torch.int32) if packed else t for t in tensors)
+
+
+def _launch(kernel, tensors: tuple, chunk: int, warps: int, packed: bool, warmup: bool = False, **consts):
+    """Launch ``kernel`` (or, warmup, compile it and return it) over ``tensors`` (their rows contiguous, the
+    first the output), a program per chunk of ``chunk`` columns (words, packed) of a row."""
+    t = _words(packed, *tensors)
+    n_rows, n_cols = t[1].shape
     splits = triton.cdiv(n_cols, chunk)
-    part = torch.empty((n_rows, 2 * splits), dtype=torch.float32, device=x.device)
-    counters = torch.zeros(n_rows + 1, dtype=torch.int32, device=x.device)
-    lanes = min(chunk, 16 // x.element_size() * 32 * warps)
-    return (out, x, part, counters, n_rows, n_cols, x.stride(0)), dict(
-        CHUNK=chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits), LANES=lanes, EVEN=n_cols % chunk == 0,
-        num_warps=warps)
+    part = torch.empty((n_rows, 2 * splits), dtype=torch.float32, device=t[0].device)
+    counters = torch.zeros(n_rows + 1, dtype=torch.int32, device=t[0].device)
+    args = (*t, part, counters, n_rows, n_cols, t[1].stride(0))
+    consts = dict(consts, CHUNK=chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits),
+                  PACKED=sm._pair_format(tensors[0].dtype) if packed else 0, num_warps=warps)
+    if warmup:
+        return kernel.warmup(*args, **consts, grid=(1,)), splits
+    kernel[(n_rows * splits,)](*args, **consts)
+    return tensors[0]
 
 
-def ticket_forward(x: torch.Tensor, out: torch.Tensor, chunk: int, warps: int) -> torch.Tensor:
+def ticket_forward(x: torch.Tensor, out: torch.Tensor, chunk: int, warps: int, packed: bool = False,
+                   warmup: bool = False):
     """Softmax of x's rows (contiguous) into out by _ticket_forward."""
-    args, consts = _arguments(x, out, chunk, warps)
-    _ticket_forward[(x.shape[0] * consts["SPLITS"],)](*args, **consts)
-    return out
+    element = 4 if packed else x.element_size()  # a thread's 16-byte vector: its lanes (kernels._softmax._lanes)
+    return _launch(_ticket_forward, (out, x), chunk, warps, packed, warmup,
+                   LANES=min(chunk, 16 // element * 32 * warps), EVEN=_words(packed, x)[0].shape[1] % chunk == 0)
 
 
-def fits(x: torch.Tensor, chunk: int, warps: int) -> bool:
-    """Do a row's programs all fit on the GPU at once (the condition under which no launch can hang)?"""
+def ticket_backward(y: torch.Tensor, dy: torch.Tensor, chunk: int, warps: int, packed: bool = False,
+                    warmup: bool = False):
+    """dx for softmax output y and its gradient dy (rows contiguous) by _ticket_backward."""
+    return _launch(_ticket_backward, (torch.empty_like(y), y, dy), chunk, warps, packed, warmup)
+
+
+def fits(call) -> bool:
+    """Do a row's programs all fit on the GPU at once (the condition under which no launch can hang)? ``call``:
+    ticket_forward or ticket_backward with its arguments, warmup=True."""
     from triton.runtime import driver
 
-    args, consts = _arguments(x, torch.empty_like(x), chunk, warps)
-    compiled = _ticket_forward.warmup(*args, **consts, grid=(1,))
+    compiled, splits = call()
     compiled._init_handles()
-    props = driver.active.utils.get_device_properties(x.device.index or 0)
+    warps = compiled.metadata.num_warps
+    props = driver.active.utils.get_device_properties(torch.cuda.current_device())
     per_sm = min(props["max_num_regs"] // max(1, compiled.n_regs * 32 * warps), 2048 // (32 * warps))
     if compiled.metadata.shared:
         per_sm = min(per_sm, props["max_shared_mem"] // compiled.metadata.shared)
-    return per_sm * sm._sms(x.device) >= consts["SPLITS"]
+    return per_sm * torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count >= splits
 
 
 def check() -> None:
-    """Rows of one chunk (widths that fill it and not), fp32 and fp16, -inf in a row, against torch."""
-    for dtype in (torch.float32, torch.float16):
+    """Rows of one chunk (widths that fill it and not; -inf in a row), fp32 and fp16, as they are and packed (fp16
+    in 32-bit words), forward and backward, against torch."""
+    for dtype, packed in ((torch.float32, False), (torch.float16, False), (torch.float16, True)):
         for n_rows, n_cols, chunk in ((5, 256, 256), (3, 200, 256), (4, 64, 64)):
             x = torch.randn(n_rows, n_cols).to(dtype)
             x[1, :30] = -float("inf")
-            out = ticket_forward(x, torch.empty_like(x), chunk, 4)
-            tol = 1e-6 if dtype == torch.float32 else 1e-3
-            torch.testing.assert_close(out.float(), torch.softmax(x.float(), -1), atol=tol, rtol=0)
+            words = chunk // 2 if packed else chunk
+            tol = dict(atol=1e-6 if dtype == torch.float32 else 1e-3, rtol=0)
+            y = ticket_forward(x, torch.empty_like(x), words, 4, packed)
+            torch.testing.assert_close(y.float(), torch.softmax(x.float(), -1), **tol)
+            dy = torch.randn(n_rows, n_cols).to(dtype)
+            want = torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32)
+            torch.testing.assert_close(ticket_backward(y, dy, words, 4, packed).float(), want, **tol)
     print("interpreter check passed")
 
 
@@ -111,15 +169,23 @@ def measure(widths: list[int], rounds: int) -> list[dict]:
     for dtype, sizes in SIZES.items():
         for n in widths:
             x = torch.randn(max(1, BYTES // (n * dtype.itemsize)), n, device="cuda").to(dtype)
-            out, want, base = torch.empty_like(x), torch.softmax(x.float(), -1), copy_gbps(x)
-            runs = [("public", lambda: softmax(x, out=out))]
-            for chunk, warps in sizes:
-                if fits(x, chunk, warps):
-                    runs.append((f"ticket {chunk}/{warps}", lambda c=chunk, w=warps: ticket_forward(x, out, c, w)))
-                else:
-                    print(f"{dtype} {n}: ticket {chunk}/{warps} skipped: a row's programs do not fit at once")
-            rows += timed_rounds(runs, want, 2 * x.numel() * x.element_size(), base, rounds, direction="forward",
-                                 dtype=str(dtype)[6:], n_cols=n, n_rows=x.shape[0])
+            out, y, dy, base = torch.empty_like(x), torch.softmax(x, -1), torch.randn_like(x), copy_gbps(x)
+            directions = {"forward": (lambda: softmax(x, out=out), lambda *a, **k: ticket_forward(x, out, *a, **k),
+                                      torch.softmax(x.float(), -1), 2),
+                          "backward": (lambda: softmax_backward(y, dy), lambda *a, **k: ticket_backward(y, dy, *a, **k),
+                                       torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32), 3)}
+            for direction, (public, ticket, want, tensors) in directions.items():
+                runs = [("public", public)]
+                for (chunk, warps), packed in ((s, p) for s in sizes for p in ((False, True) if dtype.itemsize == 2
+                                                                                  else (False,))):
+                    words = chunk // 2 if packed else chunk  # the same columns a program
+                    label = f"ticket {chunk}/{warps}{' packed' if packed else ''}"
+                    if fits(lambda: ticket(words, warps, packed, warmup=True)):
+                        runs.append((label, lambda c=words, w=warps, p=packed: ticket(c, w, p)))
+                    else:
+                        print(f"{dtype} {n} {direction}: {label} skipped: a row's programs do not fit at once")
+                rows += timed_rounds(runs, want, tensors * x.numel() * x.element_size(), base, rounds,
+                                     direction=direction, dtype=str(dtype)[6:], n_cols=n, n_rows=x.shape[0])
     return rows
 
 
