@@ -13,9 +13,9 @@ alike) lowers it to one thread's ``ld.global.gpu.acquire``, its value handed to 
 memory between two CTA barriers, so that a group's programs (256 at 2^20 fp32 columns) poll one L2 line back
 to back while the chip's loads of the rows pass through the same slices. Here every poll that finds the row
 not yet complete sleeps first (PTX ``nanosleep.u32``; the hardware sleeps up to about twice the ns asked), for
-each of ``--sleeps``. The sleep is
-read from device memory at each wait, so that one compiled kernel serves every sleep and the sleeps are timed
-in turn, round after round, in one process (0: the committed loop, plus that one load). Forward and backward,
+each of ``--sleeps``. The sleep is read from device memory at each wait, so that one compiled kernel serves
+every sleep and the sleeps are timed in turn, round after round, in one process (0: the committed loop, plus
+that one load). Forward and backward,
 bf16 and fp32, the public entry points (each width's default path: the split path, or the two-pass path where
 its segments meet at a counter). Each row: sleep, round, GB/s, fraction of a copy of the same tensor, the
 error against torch, and the GPU's clocks after the timing. An earlier try (tune_softmax.py: every thread polling
