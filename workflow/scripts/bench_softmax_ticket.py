@@ -101,50 +101,56 @@ def _words(packed: bool, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tuple(t.view(torch.int32) if packed else t for t in tensors)
 
 
-def _launch(kernel, tensors: tuple, chunk: int, warps: int, packed: bool, warmup: bool = False, **consts):
-    """Launch ``kernel`` (or, warmup, compile it and return it) over ``tensors`` (their rows contiguous, the
-    first the output), a program per chunk of ``chunk`` columns (words, packed) of a row."""
+def _arguments(tensors: tuple, chunk: int, warps: int, packed: bool, **consts) -> tuple[tuple, dict, int, torch.Tensor]:
+    """A ticket kernel's arguments over ``tensors`` (their rows contiguous, the first the output), its
+    constexprs (with ``consts``), its programs (one per chunk of ``chunk`` columns, words where packed, of a
+    row) and the output as the caller sees it."""
     t = _words(packed, *tensors)
     n_rows, n_cols = t[1].shape
     splits = triton.cdiv(n_cols, chunk)
     part = torch.empty((n_rows, 2 * splits), dtype=torch.float32, device=t[0].device)
     counters = torch.zeros(n_rows + 1, dtype=torch.int32, device=t[0].device)
-    args = (*t, part, counters, n_rows, n_cols, t[1].stride(0))
     consts = dict(consts, CHUNK=chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits),
-                  PACKED=sm._pair_format(tensors[0].dtype) if packed else 0, num_warps=warps)
-    if warmup:
-        return kernel.warmup(*args, **consts, grid=(1,)), splits
-    kernel[(n_rows * splits,)](*args, **consts)
-    return tensors[0]
+                  PACKED=sm._pair_format(tensors[0].dtype) if packed else 0)
+    return (*t, part, counters, n_rows, n_cols, t[1].stride(0)), consts, n_rows * splits, tensors[0]
 
 
-def ticket_forward(x: torch.Tensor, out: torch.Tensor, chunk: int, warps: int, packed: bool = False,
-                   warmup: bool = False):
-    """Softmax of x's rows (contiguous) into out by _ticket_forward."""
+def forward_arguments(x: torch.Tensor, out: torch.Tensor, chunk: int, warps: int, packed: bool = False):
+    """_arguments of _ticket_forward for softmax of x's rows into out."""
     element = 4 if packed else x.element_size()  # a thread's 16-byte vector: its lanes (kernels._softmax._lanes)
-    return _launch(_ticket_forward, (out, x), chunk, warps, packed, warmup,
-                   LANES=min(chunk, 16 // element * 32 * warps), EVEN=_words(packed, x)[0].shape[1] % chunk == 0)
+    return _arguments((out, x), chunk, warps, packed, LANES=min(chunk, 16 // element * 32 * warps),
+                      EVEN=_words(packed, x)[0].shape[1] % chunk == 0)
 
 
-def ticket_backward(y: torch.Tensor, dy: torch.Tensor, chunk: int, warps: int, packed: bool = False,
-                    warmup: bool = False):
+def backward_arguments(y: torch.Tensor, dy: torch.Tensor, chunk: int, warps: int, packed: bool = False):
+    """_arguments of _ticket_backward for dx, from softmax output y and its gradient dy."""
+    return _arguments((torch.empty_like(y), y, dy), chunk, warps, packed)
+
+
+def run(kernel, warps: int, arguments: tuple) -> torch.Tensor:
+    """Launch ``kernel`` with ``arguments`` (forward_arguments' or backward_arguments'); returns the output."""
+    args, consts, programs, out = arguments
+    kernel[(programs,)](*args, **consts, num_warps=warps)
+    return out
+
+
+def fits(kernel, warps: int, arguments: tuple) -> bool:
+    """Do a row's programs all fit on the GPU at once (the condition under which no launch can hang)? Counted as
+    kernels._softmax counts its split launches' programs (_resident), from the compiled kernel."""
+    args, consts, _, _ = arguments
+    key = (kernel, torch.cuda.current_device(), warps, tuple(sorted(consts.items())))
+    sm._compiled[key] = kernel.warmup(*args, **consts, num_warps=warps, grid=(1,))
+    return sm._resident(*key) * sm._sms(args[0].device) >= consts["SPLITS"]
+
+
+def ticket_forward(x: torch.Tensor, out: torch.Tensor, chunk: int, warps: int, packed: bool = False) -> torch.Tensor:
+    """Softmax of x's rows (contiguous) into out by _ticket_forward."""
+    return run(_ticket_forward, warps, forward_arguments(x, out, chunk, warps, packed))
+
+
+def ticket_backward(y: torch.Tensor, dy: torch.Tensor, chunk: int, warps: int, packed: bool = False) -> torch.Tensor:
     """dx for softmax output y and its gradient dy (rows contiguous) by _ticket_backward."""
-    return _launch(_ticket_backward, (torch.empty_like(y), y, dy), chunk, warps, packed, warmup)
-
-
-def fits(call) -> bool:
-    """Do a row's programs all fit on the GPU at once (the condition under which no launch can hang)? ``call``:
-    ticket_forward or ticket_backward with its arguments, warmup=True."""
-    from triton.runtime import driver
-
-    compiled, splits = call()
-    compiled._init_handles()
-    warps = compiled.metadata.num_warps
-    props = driver.active.utils.get_device_properties(torch.cuda.current_device())
-    per_sm = min(props["max_num_regs"] // max(1, compiled.n_regs * 32 * warps), 2048 // (32 * warps))
-    if compiled.metadata.shared:
-        per_sm = min(per_sm, props["max_shared_mem"] // compiled.metadata.shared)
-    return per_sm * torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count >= splits
+    return run(_ticket_backward, warps, backward_arguments(y, dy, chunk, warps, packed))
 
 
 def check() -> None:
@@ -170,18 +176,20 @@ def measure(widths: list[int], rounds: int) -> list[dict]:
         for n in widths:
             x = torch.randn(max(1, BYTES // (n * dtype.itemsize)), n, device="cuda").to(dtype)
             out, y, dy, base = torch.empty_like(x), torch.softmax(x, -1), torch.randn_like(x), copy_gbps(x)
-            directions = {"forward": (lambda: softmax(x, out=out), lambda *a, **k: ticket_forward(x, out, *a, **k),
-                                      torch.softmax(x.float(), -1), 2),
-                          "backward": (lambda: softmax_backward(y, dy), lambda *a, **k: ticket_backward(y, dy, *a, **k),
+            directions = {"forward": (lambda: softmax(x, out=out), _ticket_forward,
+                                      lambda *a: forward_arguments(x, out, *a), torch.softmax(x.float(), -1), 2),
+                          "backward": (lambda: softmax_backward(y, dy), _ticket_backward,
+                                       lambda *a: backward_arguments(y, dy, *a),
                                        torch._softmax_backward_data(dy.float(), y.float(), -1, torch.float32), 3)}
-            for direction, (public, ticket, want, tensors) in directions.items():
+            for direction, (public, kernel, arguments, want, tensors) in directions.items():
                 runs = [("public", public)]
                 for (chunk, warps), packed in ((s, p) for s in sizes for p in ((False, True) if dtype.itemsize == 2
                                                                                   else (False,))):
                     words = chunk // 2 if packed else chunk  # the same columns a program
                     label = f"ticket {chunk}/{warps}{' packed' if packed else ''}"
-                    if fits(lambda: ticket(words, warps, packed, warmup=True)):
-                        runs.append((label, lambda c=words, w=warps, p=packed: ticket(c, w, p)))
+                    if fits(kernel, warps, arguments(words, warps, packed)):
+                        runs.append((label, lambda k=kernel, a=arguments, c=words, w=warps, p=packed:
+                                     run(k, w, a(c, w, p))))
                     else:
                         print(f"{dtype} {n} {direction}: {label} skipped: a row's programs do not fit at once")
                 rows += timed_rounds(runs, want, tensors * x.numel() * x.element_size(), base, rounds,
