@@ -308,18 +308,24 @@ def _arrive(counter_ptr):
     tl.atomic_add(counter_ptr, 1, sem="release")
 
 
+# ns a program sleeps after each poll of a row's counter that finds it short (_wait); 0: polls back to back
+WAIT_SLEEP_NS = tl.constexpr(1024)
+
+
 @triton.jit
 def _wait(counter_ptr, target):
-    """Wait until ``target`` programs have arrived at the counter, sleeping ~1 us (PTX nanosleep; the hardware
-    sleeps up to about twice that) after each poll that finds it short: back-to-back polls, one thread's
-    acquiring load each, contend with the rows' own loads. H100, bench_softmax_backoff.py, rows of 262144 and
-    2^20 columns: 1024 ns raised the split paths by up to 5 points of copy (fp32 forward at 2^20: 0.89 to
-    0.94), 2048 ns about the same, 4096 ns and more lost. Triton's interpreter never gets here short: its split
-    paths run as two launches that never wait."""
+    """Wait until ``target`` programs have arrived at the counter, sleeping WAIT_SLEEP_NS (PTX nanosleep; the
+    hardware sleeps up to about twice that) after each poll that finds it short: back-to-back polls, one
+    thread's acquiring load each, contend with the rows' own loads. H100, bench_softmax_backoff.py, rows of
+    262144 and 2^20 columns: 1024 ns raised the split paths by up to 5 points of copy (fp32 forward at 2^20:
+    0.89 to 0.94), 2048 ns about the same, 4096 ns and more lost. Triton's interpreter never gets here short:
+    its split paths run as two launches that never wait."""
     seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
     while seen < target:
-        seen = tl.inline_asm_elementwise("nanosleep.u32 1024;\n\tmov.u32 $0, $1;", "=r,r", [seen], dtype=tl.int32,
-                                         is_pure=False, pack=1)  # the next poll depends on it: it stays in place
+        if WAIT_SLEEP_NS > 0:  # the next poll depends on the sleep's result: it stays in place
+            seen = tl.inline_asm_elementwise("nanosleep.u32 $2;\n\tmov.u32 $0, $1;", "=r,r,r",
+                                             [seen, tl.full([], WAIT_SLEEP_NS, tl.int32)], dtype=tl.int32,
+                                             is_pure=False, pack=1)
         seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
 
 
