@@ -14,14 +14,20 @@ memory between two CTA barriers, so that a group's programs (256 at 2^20 fp32 co
 to back while the chip's loads of the rows pass through the same slices. Here every poll that finds the row
 not yet complete sleeps first (PTX ``nanosleep.u32``; the hardware sleeps up to about twice the ns asked), for
 each of ``--sleeps``. The sleep is read from device memory at each wait, so that one compiled kernel serves
-every sleep and the sleeps are timed in turn, round after round, in one process (0: the committed loop, plus
-that one load). Forward and backward,
-bf16 and fp32, the public entry points (each width's default path: the split path, or the two-pass path where
+every sleep and the sleeps are timed in turn, round after round, in one process (0: polls back to back, plus that
+one load). Forward and backward, bf16 and fp32, the public entry points (each width's default path: the split path, or the two-pass path where
 its segments meet at a counter). Each row: sleep, round, GB/s, fraction of a copy of the same tensor, the
 error against torch, and the GPU's clocks after the timing. An earlier try (tune_softmax.py: every thread polling
 with ``ld.acquire.gpu``, 64 ns between polls) ran slower where the defaults run, each form timed in a process of
 its own, before the spread between timings was known; here the poll stays the committed one, and the sleeps
 take turns.
+
+H100 80GB HBM3, 2026-12-07, two runs (medians, fraction of copy; sleep 0 / 1024 ns): fp32 forward 0.916 /
+0.954 at 262144 columns, 0.890 / 0.938 at 2^20; bf16 forward 0.840 / 0.864 and 0.777 / 0.803; fp32 backward
+0.996 / 0.996 and 0.931 / 0.955; bf16 backward 0.951 / 0.954 and 0.883 / 0.923; 64 and 256 ns between, 2048 ns
+alike to 1024 (bf16 backward at 262144 0.929), 4096 ns 0.75-0.89, 8192 ns 0.49-0.66. Every timing that day was
+steady (low and high within 0.01 of each other but one). kernels/_softmax.py's ``_wait`` took 1024 ns
+(``WAIT_SLEEP_NS``), so this bench's sleep 0 is no longer the committed kernel.
 
 ``--check`` runs the public kernels with the backoff wait installed in the interpreter, against torch: there
 the split paths run as two launches that never wait, so it checks the installation, not the sleep.
