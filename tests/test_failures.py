@@ -155,7 +155,10 @@ def test_an_interrupted_run_leaves_no_table_that_reads_as_complete(project, tmp_
     proc = None
     try:
         with out.open("w") as sink:
-            proc = start_correctness(project, sink, start_new_session=True)
+            # as from a terminal, whose Ctrl-C reaches a Snakemake that has not been told to ignore it (a
+            # pytest started in the background by a shell without job control ignores SIGINT, and its children too)
+            proc = start_correctness(project, sink, start_new_session=True,
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
             wait_until_computing(project, proc)
             (os.killpg if group else os.kill)(proc.pid, sig)
             deadline = time.monotonic() + 90
