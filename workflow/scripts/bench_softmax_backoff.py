@@ -27,7 +27,11 @@ H100 80GB HBM3, 2026-12-07, two runs (medians, fraction of copy; sleep 0 / 1024 
 0.996 / 0.996 and 0.931 / 0.955; bf16 backward 0.951 / 0.954 and 0.883 / 0.923; 64 and 256 ns between, 2048 ns
 alike to 1024 (bf16 backward at 262144 0.929), 4096 ns 0.75-0.89, 8192 ns 0.49-0.66. Every timing that day was
 steady (low and high within 0.01 of each other but one). kernels/_softmax.py's ``_wait`` took 1024 ns
-(``WAIT_SLEEP_NS``), so this bench's sleep 0 is no longer the committed kernel.
+(``WAIT_SLEEP_NS``), so this bench's sleep 0 is no longer the committed kernel. That kernel built with 0 and
+with 1024 (one process each, one round, the same H100 type on 2026-12-08; 0 / 1024): fp32 forward 0.959 / 0.960,
+0.923 / 0.951, 0.905 / 0.939 (65536, 262144, 2^20 columns); bf16 forward 0.969 / 0.968, 0.853 / 0.858, 0.812 /
+0.813; fp32 backward 0.991 / 0.988, 0.987 / 0.992, 0.944 / 0.969; bf16 backward 0.952 / 0.951, 0.962 / 0.961,
+0.881 / 0.931.
 
 ``--check`` runs the public kernels with the backoff wait installed in the interpreter, against torch: there
 the split paths run as two launches that never wait, so it checks the installation, not the sleep.
