@@ -321,8 +321,8 @@ def _wait(counter_ptr, target):
     0.89 to 0.94), 2048 ns about the same, 4096 ns and more lost. This kernel built with 0 and with 1024, one
     process each (H100, 65536 / 262144 / 2^20 columns, fp32 and bf16, both directions): 1024 won or tied at
     every point (within 0.003 where it did not win), most at 2^20 (bf16 backward 0.881 to 0.931, fp32 forward
-    0.905 to 0.939). Triton's interpreter never gets here short:
-    its split paths run as two launches that never wait."""
+    0.905 to 0.939). Triton's interpreter never gets here short: its split paths run as two launches that
+    never wait."""
     seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
     while seen < target:
         if WAIT_SLEEP_NS > 0:  # the next poll depends on the sleep's result: it stays in place
