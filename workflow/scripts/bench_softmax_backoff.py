@@ -15,9 +15,9 @@ to back while the chip's loads of the rows pass through the same slices. Here ev
 not yet complete sleeps first (PTX ``nanosleep.u32``; the hardware sleeps up to about twice the ns asked), for
 each of ``--sleeps``. The sleep is read from device memory at each wait, so that one compiled kernel serves
 every sleep and the sleeps are timed in turn, round after round, in one process (0: polls back to back, plus that
-one load). Forward and backward, bf16 and fp32, the public entry points (each width's default path: the split path, or the two-pass path where
-its segments meet at a counter). Each row: sleep, round, GB/s, fraction of a copy of the same tensor, the
-error against torch, and the GPU's clocks after the timing. An earlier try (tune_softmax.py: every thread polling
+one load). Forward and backward, bf16 and fp32, the public entry points (each width's default path: the split
+path, or the two-pass path where its segments meet at a counter). Each row: sleep, round, GB/s, fraction of a
+copy of the same tensor, the error against torch, and the GPU's clocks after the timing. An earlier try (tune_softmax.py: every thread polling
 with ``ld.acquire.gpu``, 64 ns between polls) ran slower where the defaults run, each form timed in a process of
 its own, before the spread between timings was known; here the poll stays the committed one, and the sleeps
 take turns.
