@@ -17,10 +17,10 @@ each of ``--sleeps``. The sleep is read from device memory at each wait, so that
 every sleep and the sleeps are timed in turn, round after round, in one process (0: polls back to back, plus that
 one load). Forward and backward, bf16 and fp32, the public entry points (each width's default path: the split
 path, or the two-pass path where its segments meet at a counter). Each row: sleep, round, GB/s, fraction of a
-copy of the same tensor, the error against torch, and the GPU's clocks after the timing. An earlier try (tune_softmax.py: every thread polling
-with ``ld.acquire.gpu``, 64 ns between polls) ran slower where the defaults run, each form timed in a process of
-its own, before the spread between timings was known; here the poll stays the committed one, and the sleeps
-take turns.
+copy of the same tensor, the error against torch, and the GPU's clocks after the timing. An earlier try
+(tune_softmax.py: every thread polling with ``ld.acquire.gpu``, 64 ns between polls) ran slower where the
+defaults run, each form timed in a process of its own, before the spread between timings was known; here the
+poll stays the committed one, and the sleeps take turns.
 
 H100 80GB HBM3, 2026-12-07, two runs (medians, fraction of copy; sleep 0 / 1024 ns): fp32 forward 0.916 /
 0.954 at 262144 columns, 0.890 / 0.938 at 2^20; bf16 forward 0.840 / 0.864 and 0.777 / 0.803; fp32 backward
