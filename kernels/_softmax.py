@@ -313,6 +313,14 @@ WAIT_SLEEP_NS = tl.constexpr(1024)
 
 
 @triton.jit
+def _nanosleep(ns, seen):
+    """Sleep about ``ns`` ns (PTX nanosleep); returns ``seen``, a value the next poll depends on, so that the
+    sleep stays in place."""
+    return tl.inline_asm_elementwise("nanosleep.u32 $2;\n\tmov.u32 $0, $1;", "=r,r,r", [seen, ns], dtype=tl.int32,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
 def _wait(counter_ptr, target):
     """Wait until ``target`` programs have arrived at the counter, sleeping WAIT_SLEEP_NS (PTX nanosleep; the
     hardware sleeps up to about twice that) after each poll that finds it short: back-to-back polls, one
@@ -325,10 +333,8 @@ def _wait(counter_ptr, target):
     never wait."""
     seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
     while seen < target:
-        if WAIT_SLEEP_NS > 0:  # the next poll depends on the sleep's result: it stays in place
-            seen = tl.inline_asm_elementwise("nanosleep.u32 $2;\n\tmov.u32 $0, $1;", "=r,r,r",
-                                             [seen, tl.full([], WAIT_SLEEP_NS, tl.int32)], dtype=tl.int32,
-                                             is_pure=False, pack=1)
+        if WAIT_SLEEP_NS > 0:
+            seen = _nanosleep(tl.full([], WAIT_SLEEP_NS, tl.int32), seen)
         seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
 
 

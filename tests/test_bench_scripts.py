@@ -12,7 +12,8 @@ SCRIPTS = {"bench_softmax_staged.py": "interpreter check passed", "bench_softmax
            "bench_softmax_tma.py": "check: right", "bench_softmax_unaligned.py": "interpreter check passed",
            "bench_softmax_keep.py": "interpreter check passed",
            "bench_softmax_spread.py": "interpreter check passed", "bench_softmax_backoff.py": "interpreter check passed",
-           "bench_softmax_trace.py": "interpreter check passed", "bench_softmax_ticket.py": "interpreter check passed"}  # what each prints
+           "bench_softmax_trace.py": "interpreter check passed",
+           "bench_softmax_ticket.py": "interpreter check passed"}  # what each prints
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

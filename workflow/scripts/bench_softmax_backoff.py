@@ -42,6 +42,7 @@ import torch
 
 import kernels._softmax as sm  # first: it chooses the backend before triton is imported
 from kernels import softmax, softmax_backward
+from kernels._softmax import _nanosleep
 from kernels._triton import tl, triton
 from softmax_bench_rows import copy_gbps, timed  # a sibling: scripts run with their folder on sys.path
 from softmax_bench_rows import main as bench_main
@@ -51,14 +52,6 @@ DTYPES = (torch.bfloat16, torch.float32)
 # The address of an int32 on the GPU holding the sleep in ns (set by install(), before any kernel compiles:
 # the kernels read it as a constant of their build)
 SLEEP_AT = tl.constexpr(0)
-
-
-@triton.jit
-def _nanosleep(ns, seen):
-    """Sleep about ``ns`` ns; returns ``seen`` (a value the next poll depends on, so that the sleep stays in
-    place)."""
-    return tl.inline_asm_elementwise("nanosleep.u32 $2;\n\tmov.u32 $0, $1;", "=r,r,r", [seen, ns], dtype=tl.int32,
-                                     is_pure=False, pack=1)
 
 
 @triton.jit
